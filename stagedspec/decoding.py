@@ -1,0 +1,171 @@
+"""The decoding loop: draft, verify in one target call, keep the accepted prefix.
+
+Plain autoregressive decoding is the same loop with no drafter (an empty draft each
+round), through the same cache code, so speedups compare like with like.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Sequence
+
+import torch
+
+from .drafters.base import Drafter
+from .kvmodel import KVModel
+from .sampling import SamplingConfig, probabilities
+from .stats import TARGET, GenerationResult, PhaseTimes, RoundStats, SequenceResult
+from .tree import DraftTree
+from .verification import verify_tree
+
+log = logging.getLogger(__name__)
+
+
+class SpeculativeDecoder:
+    def __init__(
+        self,
+        target: torch.nn.Module,
+        drafter: Drafter | None = None,
+        sampling: SamplingConfig = SamplingConfig(),
+        eos_token_ids: Sequence[int] = (),
+        context_length: int | None = None,
+    ) -> None:
+        self.kv = KVModel(target, name=TARGET)
+        self.drafter = drafter
+        self.sampling = sampling
+        self.eos = {int(t) for t in eos_token_ids}
+        self.context_length = context_length or getattr(target.config, "max_position_embeddings", None)
+        self.levels = drafter.levels() if drafter is not None else []
+        for lv in self.levels:
+            v = getattr(lv, "vocab_size", None)
+            if v is not None and v != self.kv.vocab_size:
+                raise ValueError(
+                    f"level {lv.name!r} has vocabulary size {v} but the target has {self.kv.vocab_size}: "
+                    "every level must share the target's tokenizer"
+                )
+
+    @property
+    def method(self) -> str:
+        return ">".join([lv.name for lv in self.levels] + [TARGET])
+
+    def _validate(self, prompts: list[list[int]], max_new_tokens: int) -> None:
+        if not prompts:
+            raise ValueError("prompts is empty: give at least one prompt")
+        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+        depth = max((lv.max_depth for lv in self.levels), default=0)
+        for i, p in enumerate(prompts):
+            if len(p) == 0:
+                raise ValueError(f"prompt {i} is empty")
+            bad = [t for t in p if not 0 <= int(t) < self.kv.vocab_size]
+            if bad:
+                raise ValueError(f"prompt {i} has token ids outside [0, {self.kv.vocab_size}): {bad[:5]}")
+            need = len(p) + max_new_tokens + depth
+            if self.context_length is not None and need > self.context_length:
+                raise ValueError(
+                    f"prompt {i} has {len(p)} tokens; with max_new_tokens={max_new_tokens} and draft depth "
+                    f"{depth} it needs {need} positions, more than the context length {self.context_length}"
+                )
+
+    def generate(self, prompts: list[list[int]], max_new_tokens: int) -> GenerationResult:
+        self._validate(prompts, max_new_tokens)
+        gen = torch.Generator().manual_seed(self.sampling.seed)
+        B = len(prompts)
+        draft_name = self.drafter.name if self.drafter is not None else None
+        results = [SequenceResult(prompt_ids=list(p), draft_level=draft_name) for p in prompts]
+        contexts = [list(p) for p in prompts]
+        active = list(range(B))
+        res = GenerationResult(sequences=results)
+        t_start = time.perf_counter()
+        self.kv.reset(B)
+        if self.drafter is not None:
+            self.drafter.setup(self.sampling, gen)
+            self.drafter.reset(B)
+        # prefill: cache all but each prompt's last token, which is the first round's root
+        self.kv.extend_chain(self.kv.sync([c[:-1] for c in contexts]), want_last=False)
+        if self.drafter is not None:
+            self.drafter.prefill(contexts)
+        res.prefill_time = time.perf_counter() - t_start
+        fwd0 = self._forward_stats()
+
+        while active:
+            ctxs = [contexts[i] for i in active]
+            calls0 = {lv.name: int(getattr(lv, "calls", 0)) for lv in self.levels}
+            t0 = time.perf_counter()
+            trees = self.drafter.propose(ctxs) if self.drafter is not None else [DraftTree() for _ in ctxs]
+            t1 = time.perf_counter()
+            logits, widths = self._score(ctxs, trees)
+            t2 = time.perf_counter()
+            calls = {lv.name: int(getattr(lv, "calls", 0)) - calls0[lv.name] for lv in self.levels}
+            accepted, keep = [], []
+            n_max = max(widths)
+            for row, (i, tree) in enumerate(zip(active, trees)):
+                p = probabilities(logits[row], self.sampling)
+                path, tok = verify_tree(tree, p, gen)
+                accepted.append(len(path))
+                new = [tree.tokens[j] for j in path] + [tok]
+                origin = [tree.origin[j] for j in path] + [TARGET]
+                room = max_new_tokens - len(results[i].output_ids)
+                new, origin = new[:room], origin[:room]
+                eos_at = next((j for j, t in enumerate(new) if t in self.eos), None)
+                if eos_at is not None:
+                    new, origin = new[: eos_at + 1], origin[: eos_at + 1]
+                contexts[i].extend(new)
+                results[i].output_ids.extend(new)
+                results[i].provenance.extend(origin)
+                stats = RoundStats(
+                    drafted=dict(tree.drafted), accepted=dict(tree.accepted), draft_calls=dict(calls),
+                    emitted=len(new), target_positions=1 + len(tree), accepted_depth=len(path),
+                    tree_nodes=len(tree), padding_positions=n_max - widths[row],
+                )
+                if draft_name is not None:
+                    stats.drafted[draft_name] = stats.drafted.get(draft_name, 0) + len(tree)
+                    stats.accepted[draft_name] = stats.accepted.get(draft_name, 0) + len(path)
+                results[i].record(stats, depth_offered=tree.depth())
+                if eos_at is not None:
+                    results[i].finished_reason = "eos"
+                elif len(results[i].output_ids) >= max_new_tokens:
+                    results[i].finished_reason = "length"
+                else:
+                    keep.append(row)
+            if self.drafter is not None:
+                self.drafter.feedback(accepted)
+            if len(keep) < len(active):
+                self.kv.keep_rows(keep)
+                if self.drafter is not None:
+                    self.drafter.keep_rows(keep)
+                active = [active[r] for r in keep]
+            res.target_calls += 1
+            t3 = time.perf_counter()
+            res.phase_times.append(PhaseTimes(draft=t1 - t0, verify=t2 - t1, overhead=t3 - t2))
+
+        res.wall_time = time.perf_counter() - t_start
+        fwd1 = self._forward_stats()
+        res.target_forward_time = fwd1[TARGET][0] - fwd0[TARGET][0]
+        for lv in self.levels:
+            secs, n = fwd1[lv.name][0] - fwd0[lv.name][0], fwd1[lv.name][1] - fwd0[lv.name][1]
+            if n:
+                res.draft_call_time[lv.name] = secs
+                res.draft_forwards[lv.name] = n
+        return res
+
+    def _forward_stats(self) -> dict[str, tuple[float, int]]:
+        out = {TARGET: (self.kv.forward_time, self.kv.forward_calls)}
+        for lv in self.levels:
+            out[lv.name] = lv.forward_stats()
+        return out
+
+    def _score(self, ctxs: list[list[int]], trees: list[DraftTree]) -> tuple[list[torch.Tensor], list[int]]:
+        """One target forward over each row's uncached tail plus its draft tree; returns the
+        logits at the root (last context token) and at every draft node."""
+        tails = self.kv.sync(ctxs, min_tail=1)
+        P = self.kv.n_pending
+        toks, pars, want = [], [], []
+        for t, tree in zip(tails, trees):
+            root = P + len(t) - 1
+            toks.append(t + tree.tokens)
+            pars.append([-1] + list(range(P, root)) + [root if q < 0 else root + 1 + q for q in tree.parents])
+            want.append(list(range(len(t) - 1, len(t) + len(tree))))
+        widths = [len(t) for t in toks]
+        return self.kv.extend(toks, pars, want), widths

@@ -1,0 +1,131 @@
+"""A small causal LM as a draft level, optionally drafting through a lower level.
+
+Without a lower level it drafts autoregressively from its own q (a chain, or a tree of
+its top candidates). With a lower level it is Staged SD's "draft of the draft": it runs
+exact speculative decoding of the lower level against itself until it holds k tokens,
+and offers those to the level above. Because the inner decoding is exact, each offered
+token is distributed as this model's own q at its position, which the inner
+verification forward has already computed; so the level above sees an ordinary draft
+with an ordinary q.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..kvmodel import KVModel
+from ..sampling import probabilities
+from ..tree import DraftTree, TreeShapeT
+from ..verification import verify_tree
+from .base import Drafter, grow_trees
+
+
+class ModelDrafter(Drafter):
+    def __init__(self, model: torch.nn.Module, k: int = 4, lower: Drafter | None = None,
+                 tree: TreeShapeT = None, name: str = "small") -> None:
+        if lower is not None and tree is not None:
+            raise ValueError(
+                f"level {name!r}: a level drafting through a lower level ({lower.name!r}) offers a chain; "
+                f"set its tree to null (got {tree})"
+            )
+        self.kv = KVModel(model, name=name)
+        self.k, self.lower, self.tree, self.name = k, lower, tree, name
+        self.vocab_size = self.kv.vocab_size
+
+    @property
+    def calls(self) -> int:
+        return self.kv.forward_calls
+
+    def reset(self, batch_size: int) -> None:
+        self.kv.reset(batch_size)
+        super().reset(batch_size)
+
+    def keep_rows(self, rows: list[int]) -> None:
+        self.kv.keep_rows(rows)
+        super().keep_rows(rows)
+
+    def prefill(self, contexts: list[list[int]]) -> None:
+        # cache all but the last token; that one is fed with the first draft step
+        self.kv.extend_chain(self.kv.sync([c[:-1] for c in contexts]), want_last=False)
+        super().prefill(contexts)
+
+    def forward_stats(self) -> tuple[float, int]:
+        return self.kv.forward_time, self.kv.forward_calls
+
+    def propose(self, contexts: list[list[int]]) -> list[DraftTree]:
+        if self.lower is not None:
+            return self._propose_staged(contexts)
+        kv = self.kv
+        tails = kv.sync(contexts, min_tail=1)
+        roots = [probabilities(lg[0], self.sampling) for lg in kv.extend_chain(tails)]
+        # pending cache slot of each draft node; the root is the last tail token
+        slot = [{-1: len(t) - 1} for t in tails]
+
+        def expand(nodes: list[tuple[int, int]], trees: list[DraftTree]) -> list[torch.Tensor]:
+            P = kv.n_pending
+            toks: list[list[int]] = [[] for _ in contexts]
+            pars: list[list[int]] = [[] for _ in contexts]
+            for b, n in nodes:
+                slot[b][n] = P + len(toks[b])
+                toks[b].append(trees[b].tokens[n])
+                pars[b].append(slot[b][trees[b].parents[n]])
+            logits = kv.extend(toks, pars, [list(range(len(t))) for t in toks])
+            cursor = [0] * len(contexts)
+            out = []
+            for b, _ in nodes:
+                out.append(probabilities(logits[b][cursor[b]], self.sampling))
+                cursor[b] += 1
+            return out
+
+        return grow_trees(self.tree, self.k, roots, expand, self.sampling, self.generator, self.name)
+
+    def _propose_staged(self, contexts: list[list[int]]) -> list[DraftTree]:
+        """Speculative decoding of the lower level against this model, until k tokens."""
+        kv, lower = self.kv, self.lower
+        assert lower is not None
+        B = len(contexts)
+        out = [DraftTree() for _ in range(B)]
+        while any(len(t) < self.k for t in out):
+            need = [len(t) < self.k for t in out]
+            inner = [contexts[b] + out[b].tokens for b in range(B)]
+            drafts = lower.propose(inner)
+            tails = kv.sync(inner, min_tail=1)
+            P = kv.n_pending
+            toks: list[list[int]] = []
+            pars: list[list[int]] = []
+            for b in range(B):
+                t, d = tails[b], drafts[b]
+                if not need[b]:
+                    toks.append([]), pars.append([])
+                    continue
+                root = P + len(t) - 1
+                toks.append(t + d.tokens)
+                pars.append([-1] + list(range(P, root)) + [root if q < 0 else root + 1 + q for q in d.parents])
+            want = [list(range(len(t) - 1, len(x))) if x else [] for t, x in zip(tails, toks)]
+            logits = kv.extend(toks, pars, want)
+            acc = [0] * B
+            for b in range(B):
+                if not need[b]:
+                    continue
+                d = drafts[b]
+                p = probabilities(logits[b], self.sampling)
+                path, tok = verify_tree(d, p, self.generator)
+                # each emitted token is distributed as this model's p at its position
+                dists = [p[0]] + [p[i + 1] for i in path]
+                tokens = [d.tokens[i] for i in path] + [tok]
+                origins = [d.origin[i] for i in path] + [self.name]
+                for x, q, o in zip(tokens, dists, origins):
+                    if len(out[b]) >= self.k:
+                        break
+                    out[b].add(x, len(out[b]) - 1, q, o)
+                _merge(out[b].drafted, {lower.name: len(d)}, d.drafted)
+                _merge(out[b].accepted, {lower.name: len(path)}, d.accepted)
+                acc[b] = len(path)
+            lower.feedback(acc)
+        return out
+
+
+def _merge(into: dict[str, int], *parts: dict[str, int]) -> None:
+    for part in parts:
+        for k, v in part.items():
+            into[k] = into.get(k, 0) + v

@@ -1,0 +1,152 @@
+"""Draft hierarchies as plain config objects: a list of levels, lowest first, ending below
+the target.
+
+Each level is a small dataclass that can be validated without loading anything
+(``validate``) and then built into a drafter (``build``) once the models exist. The Hydra
+runner instantiates these from ``_target_`` dicts; a notebook can construct them directly:
+
+    levels = [NgramLevel(k=4), ModelLevel(model=ModelSpec(source="truncated", layers=4), k=4)]
+    drafter = build_hierarchy(levels, target, loader)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .drafters.base import Drafter
+from .models import LoadedModel, ModelSpec
+from .tree import TreeShape
+
+
+def _check_k(name: str, k: Any) -> None:
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise ValueError(f"level {name!r}: draft length k must be an integer >= 1, got {k!r}")
+
+
+@dataclass
+class NgramLevel:
+    """Katz-backoff n-gram LM over token ids (the prompt so far, plus an optional corpus)."""
+
+    k: int = 4
+    order: int = 3
+    corpus_file: str | None = None
+    """Optional text file whose tokenization seeds the n-gram counts."""
+    tree: Any = None
+    name: str = "ngram"
+
+    def validate(self) -> None:
+        _check_k(self.name, self.k)
+        if not isinstance(self.order, int) or self.order < 1:
+            raise ValueError(f"level {self.name!r}: order must be an integer >= 1, got {self.order!r}")
+        if self.corpus_file is not None:
+            from pathlib import Path
+
+            if not Path(self.corpus_file).is_file():
+                raise FileNotFoundError(f"level {self.name!r}: corpus_file {self.corpus_file!r} does not exist")
+        TreeShape.parse(self.tree)
+
+    def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
+        from .drafters.ngram import KatzNgramDrafter
+
+        if lower is not None:
+            raise ValueError(f"level {self.name!r}: an n-gram level must be the lowest level of a hierarchy")
+        corpus: list[int] = []
+        if self.corpus_file is not None:
+            if target.tokenizer is None:
+                raise ValueError(f"level {self.name!r}: corpus_file needs a target with a tokenizer")
+            from pathlib import Path
+
+            corpus = target.tokenizer.encode(Path(self.corpus_file).read_text(), add_special_tokens=False)
+        return KatzNgramDrafter(
+            vocab_size=target.vocab_size, k=self.k, order=self.order, corpus=corpus,
+            tree=TreeShape.parse(self.tree), name=self.name,
+        )
+
+
+@dataclass
+class PromptLookupLevel:
+    """Copy what followed the longest recent match of the context's suffix (deterministic)."""
+
+    k: int = 4
+    max_ngram: int = 3
+    min_ngram: int = 1
+    name: str = "prompt_lookup"
+
+    def validate(self) -> None:
+        _check_k(self.name, self.k)
+        if not (isinstance(self.min_ngram, int) and isinstance(self.max_ngram, int) and 1 <= self.min_ngram <= self.max_ngram):
+            raise ValueError(
+                f"level {self.name!r}: need 1 <= min_ngram <= max_ngram, got min_ngram={self.min_ngram!r}, "
+                f"max_ngram={self.max_ngram!r}"
+            )
+
+    def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
+        from .drafters.ngram import PromptLookupDrafter
+
+        if lower is not None:
+            raise ValueError(f"level {self.name!r}: prompt lookup must be the lowest level of a hierarchy")
+        return PromptLookupDrafter(k=self.k, max_ngram=self.max_ngram, min_ngram=self.min_ngram, name=self.name)
+
+
+@dataclass
+class ModelLevel:
+    """A small causal LM sharing the target's tokenizer; with a lower level below it, it
+    drafts by speculative decoding of that level (Staged SD's "draft of the draft")."""
+
+    model: Any = field(default_factory=lambda: ModelSpec(source="truncated", layers=4))
+    k: int = 4
+    tree: Any = None
+    name: str = "small"
+
+    def spec(self) -> ModelSpec:
+        return self.model if isinstance(self.model, ModelSpec) else ModelSpec(**dict(self.model))
+
+    def validate(self) -> None:
+        _check_k(self.name, self.k)
+        self.spec().validate()
+        TreeShape.parse(self.tree)
+
+    def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
+        from .drafters.model import ModelDrafter
+        from .models import check_compatible
+
+        spec = self.spec()
+        if spec.source == "truncated":
+            from .models import truncated_copy
+
+            small = truncated_copy(target, spec.layers)
+        else:
+            small = loader(spec)
+        check_compatible(target, small, self.name)
+        return ModelDrafter(small.model, k=self.k, lower=lower, tree=TreeShape.parse(self.tree), name=self.name)
+
+
+LEVEL_TYPES = (NgramLevel, PromptLookupLevel, ModelLevel)
+
+
+def validate_levels(levels: list[Any]) -> None:
+    names = [getattr(lv, "name", None) for lv in levels]
+    if len(set(names)) != len(names):
+        raise ValueError(f"level names must be unique, got {names}")
+    for lv in levels:
+        if not isinstance(lv, LEVEL_TYPES):
+            raise TypeError(f"unknown level type {type(lv).__name__}; valid: {[t.__name__ for t in LEVEL_TYPES]}")
+        lv.validate()
+    for lv in levels[1:]:
+        if isinstance(lv, (NgramLevel, PromptLookupLevel)):
+            raise ValueError(f"level {lv.name!r} ({type(lv).__name__}) can only be the lowest level")
+
+
+def build_hierarchy(
+    levels: list[Any], target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]
+) -> Drafter | None:
+    """Build levels lowest first; each drafts for the next; the last drafts for the target.
+
+    An empty list means plain autoregressive decoding (returns None).
+    """
+    validate_levels(levels)
+    drafter: Drafter | None = None
+    for lv in levels:
+        drafter = lv.build(drafter, target, loader)
+    return drafter

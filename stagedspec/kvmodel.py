@@ -1,0 +1,234 @@
+"""A causal LM with a batched KV cache that rolls back, holds token trees, and lets rows of
+a batch advance by different amounts.
+
+Every model in a hierarchy (target, small drafter, plain baseline) goes through this one
+class, so speedups compare like with like.
+
+How the cache is laid out. The cache is one ``DynamicCache`` of ``T`` slots shared by the
+batch. Slots ``[0, n_commit)`` are *committed*: each row's committed tokens sit in some of
+them, in order (``valid`` marks which); a row that advanced less than another has holes,
+which the attention mask hides. Slots ``[n_commit, T)`` are *pending*: nodes fed since the
+last ``sync`` (a tail of the context, then draft trees), each attending to its row's
+committed slots plus its own ancestors among the pending nodes. Position ids are explicit
+(committed length + depth), so holes and padding never shift a token's position.
+
+``sync(contexts)`` is the only way state moves forward: it keeps the pending nodes that
+spell the next context tokens (moving them, per row, to the front of the pending region
+with one gather per layer: no recomputation), drops the other pending nodes, rolls back
+committed tokens the context no longer has, and returns each row's uncached tail.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from transformers import DynamicCache
+
+_DUMMY = -2  # parent marker of a padding slot
+
+
+class KVModel:
+    def __init__(self, model: torch.nn.Module, name: str = "target") -> None:
+        self.model = model
+        self.name = name
+        p = next(model.parameters())
+        self.device, self.dtype = p.device, p.dtype
+        self.decoder = model.get_decoder()
+        self.head = model.get_output_embeddings()
+        self.vocab_size = int(self.head.weight.shape[0])
+        self.forward_time = 0.0
+        self.forward_calls = 0
+        self.reset(0)
+
+    # ------------------------------------------------------------------ state
+    def reset(self, batch_size: int) -> None:
+        self.cache = DynamicCache(config=self.model.config)
+        self.tokens: list[list[int]] = [[] for _ in range(batch_size)]
+        self.valid = torch.zeros(batch_size, 0, dtype=torch.bool)
+        self.n_commit = 0
+        self._clear_pending(batch_size)
+
+    def _clear_pending(self, batch_size: int) -> None:
+        self.p_tok: list[list[int]] = [[] for _ in range(batch_size)]
+        self.p_par: list[list[int]] = [[] for _ in range(batch_size)]
+        self.p_depth: list[list[int]] = [[] for _ in range(batch_size)]
+        self.p_anc = torch.zeros(batch_size, 0, 0, dtype=torch.bool)
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def n_pending(self) -> int:
+        return len(self.p_tok[0]) if self.p_tok else 0
+
+    @property
+    def n_slots(self) -> int:
+        return self.valid.shape[1]
+
+    def keep_rows(self, rows: list[int]) -> None:
+        """Drop finished rows so they stop costing compute."""
+        if rows == list(range(self.batch_size)):
+            return
+        idx = torch.tensor(rows, dtype=torch.long)
+        if self.n_slots:
+            self.cache.batch_select_indices(idx.to(self.device))
+        self.tokens = [self.tokens[r] for r in rows]
+        self.valid = self.valid[idx]
+        self.p_tok = [self.p_tok[r] for r in rows]
+        self.p_par = [self.p_par[r] for r in rows]
+        self.p_depth = [self.p_depth[r] for r in rows]
+        self.p_anc = self.p_anc[idx]
+
+    def _layers(self):
+        return [layer for layer in self.cache.layers if getattr(layer, "is_initialized", False)]
+
+    def _truncate(self, n: int) -> None:
+        for layer in self._layers():
+            layer.keys = layer.keys[:, :, :n]
+            layer.values = layer.values[:, :, :n]
+        self.valid = self.valid[:, :n]
+
+    # ------------------------------------------------------------------- sync
+    @torch.no_grad()
+    def sync(self, contexts: list[list[int]], min_tail: int = 0) -> list[list[int]]:
+        """Commit the pending path that matches each context, roll back what the context
+        no longer has, and return each row's tail (context tokens not in the cache).
+
+        ``min_tail`` rolls back further where needed so each tail has at least that many
+        tokens: a caller that needs logits after the last token must feed it.
+        """
+        assert len(contexts) == self.batch_size, (len(contexts), self.batch_size)
+        P = self.n_pending
+        if P:
+            matched = [self._match_pending(b, ctx) for b, ctx in enumerate(contexts)]
+            n_keep = max(len(m) for m in matched)
+            if n_keep:
+                idx = torch.tensor([m + [0] * (n_keep - len(m)) for m in matched], dtype=torch.long)
+                keep = torch.tensor([[True] * len(m) + [False] * (n_keep - len(m)) for m in matched])
+                gidx = idx.to(self.device)
+                c = self.n_commit
+                for layer in self._layers():
+                    for attr in ("keys", "values"):
+                        t = getattr(layer, attr)
+                        g = gidx[:, None, :, None].expand(t.shape[0], t.shape[1], n_keep, t.shape[3])
+                        t[:, :, c : c + n_keep] = torch.gather(t[:, :, c : c + P], 2, g)
+                self.valid[:, c : c + n_keep] = keep
+                for b, m in enumerate(matched):
+                    self.tokens[b].extend(self.p_tok[b][s] for s in m)
+            self._truncate(self.n_commit + n_keep)
+            self.n_commit += n_keep
+            self._clear_pending(self.batch_size)
+        if min_tail:
+            self._rollback([ctx[: max(0, min(len(t), len(ctx) - min_tail))] for ctx, t in zip(contexts, self.tokens)])
+        self._rollback(contexts)
+        return [ctx[len(toks):] for ctx, toks in zip(contexts, self.tokens)]
+
+    def _match_pending(self, b: int, ctx: list[int]) -> list[int]:
+        """Pending slots of row b spelling ctx after the committed tokens (first match wins;
+        two siblings with the same token hold identical keys and values)."""
+        toks, pars = self.p_tok[b], self.p_par[b]
+        out: list[int] = []
+        cur, i = -1, len(self.tokens[b])
+        while i < len(ctx):
+            nxt = next((s for s in range(len(toks)) if pars[s] == cur and toks[s] == ctx[i]), None)
+            if nxt is None:
+                break
+            out.append(nxt)
+            cur, i = nxt, i + 1
+        return out
+
+    def _rollback(self, contexts: list[list[int]]) -> None:
+        changed = False
+        for b, ctx in enumerate(contexts):
+            toks = self.tokens[b]
+            n = min(len(toks), len(ctx))
+            lcp = next((i for i in range(n) if toks[i] != ctx[i]), n)
+            if lcp < len(toks):
+                slots = self.valid[b].nonzero().flatten()
+                self.valid[b, slots[lcp:]] = False
+                del toks[lcp:]
+                changed = True
+        if changed:
+            used = self.valid.any(0).nonzero()
+            last = int(used.max()) + 1 if len(used) else 0
+            if last < self.n_commit:
+                self._truncate(last)
+                self.n_commit = last
+
+    # ---------------------------------------------------------------- forward
+    @torch.no_grad()
+    def extend(
+        self, tokens: list[list[int]], parents: list[list[int]], want: list[list[int]]
+    ) -> list[torch.Tensor]:
+        """Feed new pending nodes and return float32 logits at the wanted new nodes.
+
+        ``parents[b][j]`` is the pending slot of node j's parent (earlier pending slots
+        count from 0; this call's nodes follow them), or -1 for a node that directly
+        continues the committed tokens. Returns, per row, logits ``[len(want[b]), V]``.
+        """
+        B = self.batch_size
+        n = max((len(t) for t in tokens), default=0)
+        if n == 0:
+            return [torch.empty(0, self.vocab_size) for _ in range(B)]
+        P = self.n_pending
+        anc = torch.zeros(B, P + n, P + n, dtype=torch.bool)
+        anc[:, :P, :P] = self.p_anc
+        ids = torch.zeros(B, n, dtype=torch.long)
+        pos = torch.zeros(B, n, dtype=torch.long)
+        for b in range(B):
+            toks, pars = tokens[b], parents[b]
+            ids[b, : len(toks)] = torch.tensor(toks, dtype=torch.long)
+            base = len(self.tokens[b])
+            for j in range(n):
+                s = P + j
+                if j >= len(toks):
+                    self.p_tok[b].append(-1)
+                    self.p_par[b].append(_DUMMY)
+                    self.p_depth[b].append(0)
+                else:
+                    par = pars[j]
+                    if par >= 0:
+                        anc[b, s] = anc[b, par]
+                    d = 0 if par < 0 else self.p_depth[b][par] + 1
+                    self.p_tok[b].append(toks[j])
+                    self.p_par[b].append(par)
+                    self.p_depth[b].append(d)
+                    pos[b, j] = base + d
+                anc[b, s, s] = True
+        self.p_anc = anc
+        c = self.n_commit
+        T = self.n_slots
+        allowed = torch.zeros(B, n, T + n, dtype=torch.bool)
+        allowed[:, :, :c] = self.valid[:, None, :c]
+        allowed[:, :, c:] = anc[:, P:, :]
+        # additive float mask: a boolean 4D mask gives wrong logits with eager attention (FACTS.md)
+        mask = torch.zeros(B, 1, n, T + n, dtype=self.dtype)
+        mask.masked_fill_(~allowed[:, None], torch.finfo(self.dtype).min)
+        self.valid = torch.cat([self.valid, torch.zeros(B, n, dtype=torch.bool)], 1)
+        t0 = time.perf_counter()
+        out = self.decoder(
+            input_ids=ids.to(self.device),
+            attention_mask=mask.to(self.device),
+            position_ids=pos.to(self.device),
+            cache=self.cache,
+            use_cache=True,
+        )
+        hidden = out.last_hidden_state
+        counts = [len(w) for w in want]
+        rows = torch.tensor([b for b, w in enumerate(want) for _ in w], dtype=torch.long, device=self.device)
+        cols = torch.tensor([j for w in want for j in w], dtype=torch.long, device=self.device)
+        logits = self.head(hidden[rows, cols]).float() if len(rows) else hidden.new_zeros(0, self.vocab_size)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.forward_time += time.perf_counter() - t0
+        self.forward_calls += 1
+        return list(logits.cpu().split(counts))
+
+    def extend_chain(self, tails: list[list[int]], want_last: bool = True) -> list[torch.Tensor]:
+        """Feed each row's tail as a chain continuing its committed tokens."""
+        P = self.n_pending
+        parents = [[-1] + list(range(P, P + len(t) - 1)) if t else [] for t in tails]
+        want = [[len(t) - 1] if (t and want_last) else [] for t in tails]
+        return self.extend(tails, parents, want)

@@ -1,0 +1,77 @@
+"""Turning logits into the distributions the acceptance rule compares.
+
+Temperature, top-k and top-p are applied to the target's p and to the draft's q the same
+way, before the acceptance test: the rule then preserves the *processed* target
+distribution, which is what plain sampling from the target would draw from.
+Temperature 0 means greedy: the distribution is a point mass on the argmax, and the same
+acceptance rule then accepts exactly the drafts that equal the target's argmax.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    temperature: float = 0.0
+    top_k: int = 0
+    """0 disables top-k."""
+    top_p: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.temperature, (int, float)) or self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature!r}")
+        if not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ValueError(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
+        if not isinstance(self.top_p, (int, float)) or not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+def probabilities(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
+    """Processed distribution(s) over the vocabulary, float32, last dim = vocab."""
+    logits = logits.float()
+    if cfg.greedy:
+        out = torch.zeros_like(logits)
+        out.scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
+        return out
+    logits = logits / cfg.temperature
+    if cfg.top_k:
+        kth = torch.topk(logits, min(cfg.top_k, logits.shape[-1]), dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    if cfg.top_p < 1.0:
+        sorted_p, idx = torch.sort(probs, dim=-1, descending=True)
+        # keep the smallest prefix whose mass reaches top_p (the token crossing it stays)
+        drop = (sorted_p.cumsum(-1) - sorted_p) >= cfg.top_p
+        sorted_p = sorted_p.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter_(-1, idx, sorted_p)
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
+
+
+def probabilities_from_probs(q: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
+    """Apply the same processing to a distribution given as probabilities (n-gram drafts)."""
+    return probabilities(torch.log(q.float().clamp_min(1e-30)), cfg)
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:
+    """One token from a 1-D distribution."""
+    return int(torch.multinomial(probs, 1, generator=generator).item())
+
+
+def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """norm(max(0, p - q)): where the target's mass exceeds the draft's."""
+    r = (p - q).clamp_min(0.0)
+    total = r.sum()
+    if total <= 0:
+        # p == q exactly: a rejection has probability 0, so any p-sample is correct here
+        return p
+    return r / total
