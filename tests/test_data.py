@@ -1,0 +1,111 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from stagedspec.data import SPEC_BENCH_CATEGORIES, Question, balanced, default_data_path, load_questions
+
+ROWS = [
+    {"question_id": 1, "category": "writing", "turns": ["Write a poem.", "Shorter."]},
+    {"question_id": 2, "category": "math", "turns": ["What is 2+2?"]},
+    {"question_id": 3, "category": "writing", "turns": ["Write a haiku."]},
+    {"question_id": 4, "category": "qa", "turns": ["Who wrote Hamlet?"]},
+    {"question_id": 5, "category": "writing", "turns": ["Write a limerick."]},
+]
+
+
+def _write(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def jsonl(tmp_path) -> Path:
+    return _write(tmp_path / "q.jsonl", [json.dumps(r) for r in ROWS])
+
+
+def test_load_all_fields(jsonl):
+    qs = load_questions(jsonl)
+    assert qs[0] == Question(question_id=1, category="writing", turns=["Write a poem.", "Shorter."])
+    assert [q.question_id for q in qs] == [1, 2, 3, 4, 5]
+
+
+def test_filter_and_limit(jsonl):
+    assert [q.question_id for q in load_questions(jsonl, categories=["writing"])] == [1, 3, 5]
+    assert [q.question_id for q in load_questions(jsonl, categories=["writing", "qa"], limit=3)] == [1, 3, 4]
+    assert [q.question_id for q in load_questions(jsonl, limit=2)] == [1, 2]
+    assert load_questions(jsonl, limit=0) == []
+    assert load_questions(jsonl, categories=["coding"]) == []
+
+
+def test_balanced(jsonl):
+    qs = balanced(load_questions(jsonl), per_category=1)
+    assert [q.question_id for q in qs] == [1, 2, 4]
+    assert [q.question_id for q in balanced(load_questions(jsonl), 2)] == [1, 2, 3, 4]
+
+
+def test_unknown_category_lists_valid(jsonl):
+    with pytest.raises(ValueError, match="poetry.*translation"):
+        load_questions(jsonl, categories=["poetry"])
+
+
+def test_bad_limit(jsonl):
+    with pytest.raises(ValueError, match="-1"):
+        load_questions(jsonl, limit=-1)
+
+
+def test_missing_file(tmp_path):
+    p = tmp_path / "nope.jsonl"
+    with pytest.raises(FileNotFoundError, match="nope.jsonl"):
+        load_questions(p)
+
+
+def test_blank_lines_skipped(tmp_path):
+    p = _write(tmp_path / "b.jsonl", ["", json.dumps(ROWS[1]), "   "])
+    assert [q.question_id for q in load_questions(p)] == [2]
+
+
+@pytest.mark.parametrize(
+    "bad, needle",
+    [
+        ('{"question_id": 9, "category": "qa", "turns": ["x"]', "bad JSON"),
+        ("[1, 2]", "JSON object"),
+        ('{"category": "qa", "turns": ["x"]}', "missing field 'question_id'"),
+        ('{"question_id": 9, "turns": ["x"]}', "missing field 'category'"),
+        ('{"question_id": 9, "category": "qa"}', "missing field 'turns'"),
+        ('{"question_id": "9", "category": "qa", "turns": ["x"]}', "question_id must be an int"),
+        ('{"question_id": 9, "category": 3, "turns": ["x"]}', "category must be"),
+        ('{"question_id": 9, "category": "qa", "turns": "x"}', "turns must be a list"),
+        ('{"question_id": 9, "category": "qa", "turns": [1]}', "turns must be a list"),
+        ('{"question_id": 9, "category": "qa", "turns": []}', "non-empty"),
+        ('{"question_id": 9, "category": "qa", "turns": ["  "]}', "non-empty"),
+    ],
+)
+def test_malformed_line_names_file_and_line(tmp_path, bad, needle):
+    p = _write(tmp_path / "bad.jsonl", [json.dumps(ROWS[0]), json.dumps(ROWS[1]), bad])
+    with pytest.raises(ValueError) as info:
+        load_questions(p)
+    msg = str(info.value)
+    assert f"{p}:3" in msg and needle in msg
+
+
+def test_default_data_path(monkeypatch, tmp_path):
+    monkeypatch.delenv("STAGEDSPEC_DATA", raising=False)
+    repo_root = Path(__file__).resolve().parent.parent
+    assert default_data_path() == (repo_root.parent / "shared" / "data" / "spec_bench_dev.jsonl").resolve()
+    monkeypatch.setenv("STAGEDSPEC_DATA", str(tmp_path / "x.jsonl"))
+    assert default_data_path() == (tmp_path / "x.jsonl").resolve()
+
+
+def test_real_dev_set():
+    path = default_data_path()
+    if not path.is_file():
+        pytest.skip(f"{path} not present")
+    qs = load_questions(path)
+    assert len(qs) == 240
+    assert {q.category for q in qs} == set(SPEC_BENCH_CATEGORIES)
+    assert len(SPEC_BENCH_CATEGORIES) == 13
+    assert len({q.question_id for q in qs}) == 240
+    assert len(balanced(qs, 2)) == 26
