@@ -1,0 +1,371 @@
+"""From a composed config to validated core objects, before any model is loaded.
+
+The runner calls ``validate_cfg`` first: it builds every object the job needs except the
+models (levels, the target's ModelSpec, the sampling rule) and reads the questions, so a
+bad override fails in a second instead of after a 20-second model load. Every
+``_target_`` goes through ``instantiate`` here, which builds only the classes in
+``ALLOWED_TARGETS`` (Hydra 1.4 restricts ``_target_`` too; ours is stricter and names the
+valid ones). Hydra's own ``_target_``s (launchers, callbacks) stay Hydra's business.
+
+This module knows omegaconf but not Hydra or MLflow; ``config_hash`` and ``sweep_id`` are
+the keys the tracker uses to skip finished jobs and to find a sweep's parent run again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+LEVEL_TARGETS = (
+    "stagedspec.hierarchy.NgramLevel",
+    "stagedspec.hierarchy.PromptLookupLevel",
+    "stagedspec.hierarchy.ModelLevel",
+)
+ALLOWED_TARGETS = LEVEL_TARGETS + ("stagedspec.models.ModelSpec", "stagedspec.sampling.SamplingConfig")
+
+LEVEL_META_KEYS = ("stage", "enabled")
+"""Keys of a level dict that the runner reads (ordering, on/off) and the level never sees."""
+
+HASH_EXCLUDED_KEYS = ("hydra", "tracking", "experiment_name", "resume")
+"""Top-level keys that do not change a job's results: where it is logged, not what it does."""
+
+
+class ConfigError(ValueError):
+    """An invalid config; the message names the key and the bad value."""
+
+
+def _plain(node: Any) -> Any:
+    """A resolved plain-Python copy of a config node (dicts, lists, scalars)."""
+    if isinstance(node, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(node, resolve=True)
+    return node
+
+
+def _import(path: str) -> Any:
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def instantiate(node: Any, where: str = "config") -> Any:
+    """Build the object a ``_target_`` dict describes; nested ``_target_`` dicts first.
+
+    Dicts without ``_target_`` and lists are returned as plain containers (their nested
+    ``_target_`` dicts built). ``where`` is the config path, used in error messages.
+    """
+    node = _plain(node)
+    if isinstance(node, list):
+        return [instantiate(v, f"{where}[{i}]") for i, v in enumerate(node)]
+    if not isinstance(node, dict):
+        return node
+    if "_target_" not in node:
+        return {k: instantiate(v, f"{where}.{k}") for k, v in node.items()}
+    target = node["_target_"]
+    if target not in ALLOWED_TARGETS:
+        raise ConfigError(f"{where}: unknown _target_ {target!r}; valid: {list(ALLOWED_TARGETS)}")
+    cls = _import(target)
+    kwargs = {k: instantiate(v, f"{where}.{k}") for k, v in node.items() if k != "_target_"}
+    if dataclasses.is_dataclass(cls):
+        valid = [f.name for f in dataclasses.fields(cls) if f.init]
+        unknown = sorted(set(kwargs) - set(valid))
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {unknown} for {cls.__name__}; valid: {valid}")
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{where}: {e}") from e
+
+
+def drafter_options() -> list[str]:
+    """Names of the level configs in conf/drafter/ (for error messages)."""
+    return sorted(p.stem for p in (CONF_DIR / "drafter").glob("*.yaml"))
+
+
+def level_slots(cfg: DictConfig) -> list[tuple[str, dict]]:
+    """The active level dicts as (slot name, resolved dict), lowest level first.
+
+    Null slots and ``enabled: false`` levels are dropped. Order: by the integer ``stage``
+    key, ties in slot order; if no level has ``stage``, slot order alone. Mixing levels
+    with and without ``stage`` is an error (the order would be a guess).
+    """
+    levels = cfg.get("levels")
+    if levels is None:
+        return []
+    if not isinstance(levels, DictConfig):
+        raise ConfigError(f"levels: expected a mapping of slot name -> level dict, got {_plain(levels)!r}")
+    items: list[tuple[str, dict]] = []
+    for slot in levels:
+        node = levels[slot]
+        if node is None:
+            continue
+        d = _plain(node)
+        if not isinstance(d, dict):
+            raise ConfigError(
+                f"levels.{slot}: expected a level dict or null, got {d!r}; "
+                f"pick a level with +drafter@levels.{slot}=<{'|'.join(drafter_options())}>"
+            )
+        enabled = d.get("enabled", True)
+        if not isinstance(enabled, bool):
+            raise ConfigError(f"levels.{slot}.enabled must be true or false, got {enabled!r}")
+        if enabled:
+            _check_level_target(str(slot), d)
+            items.append((str(slot), d))
+    staged = [s for s, d in items if "stage" in d]
+    if staged and len(staged) != len(items):
+        missing = [s for s, d in items if "stage" not in d]
+        raise ConfigError(
+            f"levels {missing} have no 'stage' but {staged} do: give every level an integer stage "
+            f"(lowest runs first), e.g. +levels.{missing[0]}.stage=0"
+        )
+    for s, d in items:
+        if "stage" in d and (not isinstance(d["stage"], int) or isinstance(d["stage"], bool)):
+            raise ConfigError(f"levels.{s}.stage must be an integer, got {d['stage']!r}")
+    if staged:
+        items.sort(key=lambda item: item[1]["stage"])  # stable: ties keep slot order
+    return items
+
+
+def _check_level_target(slot: str, d: dict) -> None:
+    target = d.get("_target_")
+    if target not in LEVEL_TARGETS:
+        what = "has no _target_" if target is None else f"has unknown level type {target!r}"
+        raise ConfigError(
+            f"levels.{slot} {what}; valid level types: {list(LEVEL_TARGETS)} "
+            f"(configs: +drafter@levels.{slot}=<{'|'.join(drafter_options())}>)"
+        )
+
+
+def _level_dict(slot: str, d: dict) -> dict:
+    """A level's constructor dict: meta keys removed, the slot name as default ``name``."""
+    _check_level_target(slot, d)
+    out = {k: v for k, v in d.items() if k not in LEVEL_META_KEYS}
+    out.setdefault("name", slot)
+    return out
+
+
+def tree_setting(cfg: DictConfig) -> Any:
+    """The top-level tree shape (``tree.shape``) as plain data; None = chain."""
+    tree = cfg.get("tree")
+    if tree is None:
+        return None
+    if isinstance(tree, DictConfig):
+        return _plain(tree.get("shape"))
+    return _plain(tree)
+
+
+def levels_from_cfg(cfg: DictConfig) -> list[Any]:
+    """Level objects, lowest first (see ``level_slots``), not yet validated or built.
+
+    The top-level ``tree`` shape goes to the last level (the one that drafts for the
+    target); lower levels take a shape only from their own ``tree`` key.
+    """
+    levels = [instantiate(_level_dict(s, d), f"levels.{s}") for s, d in level_slots(cfg)]
+    shape = tree_setting(cfg)
+    if shape is not None:
+        if not levels:
+            raise ConfigError(f"tree: shape {shape!r} needs at least one draft level (all levels are off)")
+        top = levels[-1]
+        if not hasattr(top, "tree"):
+            raise ConfigError(
+                f"tree: level {top.name!r} ({type(top).__name__}) drafts chains only; use tree=chain "
+                f"or put a level that builds trees on top"
+            )
+        if top.tree is not None:
+            raise ConfigError(
+                f"tree: set the top level's tree either with `tree` or in the level ({top.name!r} has "
+                f"tree={top.tree!r}), not both"
+            )
+        top.tree = shape
+    for lower, lv in zip(levels, levels[1:]):
+        # a level drafting through a lower one offers the chain its inner decoding produced
+        # (drafters/model.py); catch it here instead of after the models are loaded
+        if getattr(lv, "tree", None) is not None:
+            raise ConfigError(
+                f"level {lv.name!r} drafts through the level {lower.name!r} below it, so it offers a chain; "
+                f"its tree must be null (got {lv.tree!r}): drop the lower level (levels.{lower.name}=null) "
+                f"or use tree=chain"
+            )
+    return levels
+
+
+def _check_int(cfg: DictConfig, key: str, minimum: int) -> int:
+    v = cfg.get(key)
+    if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
+        raise ConfigError(f"{key} must be an integer >= {minimum}, got {v!r}")
+    return v
+
+
+@dataclass
+class JobPlan:
+    """Everything a job needs except the models, checked."""
+
+    target: Any  # ModelSpec
+    levels: list[Any]
+    sampling: Any  # SamplingConfig
+    questions: list[Any]  # list[Question]
+    data_path: Path
+    batch_size: int
+    max_new_tokens: int
+
+    @property
+    def method(self) -> str:
+        """Level names, lowest first, then the target: "ngram>small>target"."""
+        return ">".join([lv.name for lv in self.levels] + ["target"])
+
+    @property
+    def draft_k(self) -> int:
+        """k of the level that drafts for the target (0 without levels)."""
+        return int(self.levels[-1].k) if self.levels else 0
+
+    @property
+    def tree(self) -> str:
+        """The top level's tree shape as text ("chain" for a chain)."""
+        from .tree import TreeShape
+
+        shape = TreeShape.parse(getattr(self.levels[-1], "tree", None)) if self.levels else None
+        return "chain" if shape is None else str(shape)
+
+
+def _load_data(cfg: DictConfig) -> tuple[Path, list[Any]]:
+    from . import data
+
+    d = cfg.get("data")
+    d = _plain(d) if d is not None else {}
+    if not isinstance(d, dict):
+        raise ConfigError(f"data: expected a mapping, got {d!r}")
+    unknown = sorted(set(d) - {"path", "limit", "categories", "per_category"})
+    if unknown:
+        raise ConfigError(f"data: unknown key(s) {unknown}; valid: ['path', 'limit', 'categories', 'per_category']")
+    path = Path(d["path"]).expanduser().resolve() if d.get("path") else data.default_data_path()
+    try:
+        questions = data.load_questions(path, categories=d.get("categories"))
+        if d.get("per_category") is not None:
+            questions = data.balanced(questions, d["per_category"])
+    except FileNotFoundError as e:
+        raise ConfigError(f"data.path: {e}") from e
+    except ValueError as e:
+        raise ConfigError(f"data: {e}") from e
+    limit = d.get("limit")
+    if limit is not None:
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise ConfigError(f"data.limit must be an integer >= 1 or null, got {limit!r}")
+        questions = questions[:limit]
+    if not questions:
+        raise ConfigError(f"data: no questions selected from {str(path)!r} with {d}")
+    return path, questions
+
+
+def validate_cfg(cfg: DictConfig) -> JobPlan:
+    """Run every check that needs no model; raise ConfigError naming the bad value.
+
+    Checked: batch_size, max_new_tokens, seed, baseline; every level (known type, k >= 1,
+    its own keys, tree shape, order rules); the target's ModelSpec; the sampling rule
+    (temperature >= 0, top_p in (0, 1], top_k >= 0); the data file (present, every line
+    well-formed, categories known). A drafter whose tokenizer differs from the target's
+    can only be found once the models are loaded; ``ModelLevel.build`` checks it then,
+    before decoding, naming the level.
+    """
+    from .hierarchy import validate_levels
+
+    batch_size = _check_int(cfg, "batch_size", 1)
+    max_new_tokens = _check_int(cfg, "max_new_tokens", 1)
+    _check_int(cfg, "seed", 0)
+    for key in ("baseline", "resume", "warmup"):
+        if not isinstance(cfg.get(key, True), bool):
+            raise ConfigError(f"{key} must be true or false, got {cfg.get(key)!r}")
+    target = instantiate(cfg.get("target"), "target")
+    try:
+        target.validate()
+    except (ValueError, FileNotFoundError) as e:
+        raise ConfigError(f"target: {e}") from e
+    sampling = instantiate(cfg.get("sampling"), "sampling")
+    levels = levels_from_cfg(cfg)
+    for lv in levels:
+        try:
+            lv.validate()
+        except (TypeError, ValueError, FileNotFoundError) as e:
+            raise ConfigError(f"levels.{lv.name}: {e}") from e
+    try:
+        validate_levels(levels)  # the rules between levels
+    except (TypeError, ValueError, FileNotFoundError) as e:
+        raise ConfigError(f"levels: {e}") from e
+    path, questions = _load_data(cfg)
+    return JobPlan(
+        target=target, levels=levels, sampling=sampling, questions=questions, data_path=path,
+        batch_size=batch_size, max_new_tokens=max_new_tokens,
+    )
+
+
+def _without(cfg: DictConfig, keys: Iterable[str]) -> dict:
+    """Resolved plain dict of ``cfg`` minus top-level ``keys`` (never resolving those)."""
+    skip = set(keys)
+    return {str(k): _plain(cfg[k]) for k in cfg if k not in skip}
+
+
+def config_hash(cfg: DictConfig) -> str:
+    """sha256 of what determines a job's results: the resolved config without tracking,
+    Hydra and naming keys, with the levels as the ordered list that actually runs (so
+    ``levels.x=null`` and ``levels.x.enabled=false`` hash alike) and the data path
+    resolved (so ``data.path=null`` and the default file's path hash alike)."""
+    payload = _without(cfg, HASH_EXCLUDED_KEYS)
+    payload["levels"] = [_level_dict(s, d) for s, d in level_slots(cfg)]
+    from . import data as data_mod
+
+    data = dict(payload.get("data") or {})
+    data["path"] = str(Path(data["path"]).expanduser().resolve() if data.get("path") else data_mod.default_data_path())
+    payload["data"] = data
+    text = json.dumps(payload, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _is_bookkeeping_override(override: str) -> bool:
+    key = override.lstrip("+~").split("=", 1)[0]
+    return key.startswith(("hydra.", "hydra/", "tracking")) or key == "experiment_name"
+
+
+def sweep_id(experiment_name: str, overrides: Iterable[str], sweeper_params: dict | None = None) -> str:
+    """Stable id of a sweep: its experiment name, its command-line overrides (sorted,
+    minus Hydra/tracking bookkeeping) and the preset's ``hydra.sweeper.params``. Running
+    the same command again gives the same id, so the sweep reattaches to its parent run."""
+    payload = {
+        "experiment_name": experiment_name,
+        "overrides": sorted(o for o in overrides if not _is_bookkeeping_override(o)),
+        "sweeper_params": {str(k): str(v) for k, v in sorted((sweeper_params or {}).items())},
+    }
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def job_overrides_label(overrides: Iterable[str]) -> str:
+    """A short run name from a job's overrides (bookkeeping and paths left out)."""
+    keep = [o for o in overrides if not _is_bookkeeping_override(o) and not o.startswith(("data.path", "experiment="))]
+    return ",".join(keep)
+
+
+def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    """Dotted keys -> scalar values; lists become JSON text (one MLflow param each)."""
+    node = _plain(node)
+    out: dict[str, Any] = {}
+    if isinstance(node, dict):
+        if not node and prefix:
+            out[prefix] = "{}"
+        for k, v in node.items():
+            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+    elif isinstance(node, list):
+        out[prefix] = json.dumps(node, separators=(",", ":"), default=str)
+    else:
+        out[prefix] = node
+    return out
+
+
+def flat_params(cfg: DictConfig) -> dict[str, Any]:
+    """The flattened resolved config (without ``hydra``), for MLflow params."""
+    return flatten(_without(cfg, ("hydra",)))

@@ -1,0 +1,251 @@
+"""Every preset and group option composes and validates; every bad override fails before
+any model is loaded, with a message that names the bad value."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
+from omegaconf import DictConfig
+
+from stagedspec import config_utils, models
+from stagedspec.config_utils import CONF_DIR, ConfigError, config_hash, levels_from_cfg, validate_cfg
+from stagedspec.data import SPEC_BENCH_CATEGORIES
+
+PRESETS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
+
+
+def options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def questions_file(tmp_path_factory) -> Path:
+    """One two-turn question per Spec-Bench category: every preset's filter finds some."""
+    path = tmp_path_factory.mktemp("data") / "q.jsonl"
+    rows = [
+        {"question_id": i, "category": c, "turns": [f"Question {i} about {c}?", "And a follow-up?"]}
+        for i, c in enumerate(SPEC_BENCH_CATEGORIES)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def hydra_ctx():
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        yield
+
+
+def make(*overrides: str, hydra: bool = False) -> DictConfig:
+    return compose("config", overrides=list(overrides), return_hydra_config=hydra)
+
+
+@pytest.fixture
+def no_model_loads(monkeypatch):
+    """Fail the test if anything tries to load a model."""
+
+    def refuse(spec):
+        raise AssertionError(f"a model was loaded ({spec}) before validation finished")
+
+    monkeypatch.setattr(models, "load_model", refuse)
+    monkeypatch.setattr(models, "truncated_copy", refuse)
+
+
+# ------------------------------------------------------------------ everything composes
+def sweep_points(preset: str) -> list[list[str]]:
+    """Every job of a preset's sweep as override lists (the compose API does not sweep)."""
+    cfg = make(f"experiment={preset}", hydra=True)
+    params = cfg.hydra.sweeper.params or {}
+    axes = [[f"{k}={v.strip()}" for v in str(vals).split(",")] for k, vals in params.items()]
+    return [list(p) for p in itertools.product(*axes)]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_preset_and_sweep_point_validates(hydra_ctx, questions_file, no_model_loads, preset):
+    points = sweep_points(preset)
+    assert points
+    hashes = set()
+    for point in points:
+        cfg = make(f"experiment={preset}", f"data.path={questions_file}", *point)
+        plan = validate_cfg(cfg)
+        assert plan.questions and plan.batch_size >= 1 and plan.max_new_tokens >= 1
+        hashes.add(config_hash(cfg))
+    assert len(hashes) == len(points), "every job of a sweep must have its own config hash"
+
+
+def test_base_config_validates_against_the_default_data(hydra_ctx, no_model_loads):
+    from stagedspec.data import default_data_path
+
+    if not default_data_path().is_file():
+        pytest.skip(f"no dev data at {default_data_path()}")
+    plan = validate_cfg(make())
+    assert plan.method == "ngram>small>target" and plan.draft_k == 4 and plan.tree == "chain"
+    assert plan.data_path == default_data_path()
+
+
+def test_default_preset_is_small(hydra_ctx):
+    """The default sweep must finish well under 15 minutes on 2 CPU cores."""
+    cfg = make("experiment=default")
+    assert len(sweep_points("default")) <= 4
+    assert cfg.max_new_tokens <= 64 and cfg.data.per_category == 1 and len(cfg.data.categories) <= 6
+    assert cfg.target.source == "embedded"
+
+
+@pytest.mark.parametrize("group", ["target", "sampling", "data", "tracking"])
+def test_every_group_option_validates(hydra_ctx, questions_file, no_model_loads, group):
+    for opt in options(group):
+        validate_cfg(make(f"{group}={opt}", f"data.path={questions_file}"))
+
+
+def test_every_drafter_option_validates_as_top_or_only_level(hydra_ctx, questions_file, no_model_loads):
+    for opt in options("drafter"):
+        cfg = make("levels.ngram=null", f"drafter@levels.small={opt}", f"data.path={questions_file}")
+        (lv,) = validate_cfg(cfg).levels
+        assert lv.name == "small"
+    for opt in ("katz", "prompt_lookup"):  # lowest-only levels under a model level
+        plan = validate_cfg(make(f"drafter@levels.ngram={opt}", f"data.path={questions_file}"))
+        assert plan.method == "ngram>small>target"
+
+
+def test_every_tree_option_validates(hydra_ctx, questions_file, no_model_loads):
+    for opt in options("tree"):
+        for drop in ("levels.small=null", "levels.ngram=null"):  # ngram > target, small > target
+            plan = validate_cfg(make(f"tree={opt}", drop, f"data.path={questions_file}"))
+            assert (plan.tree == "chain") == (opt == "chain")
+
+
+@pytest.mark.parametrize("launcher, cls", [
+    ("basic", "BasicLauncher"), ("joblib", "JoblibLauncher"), ("parallel", "JoblibLauncher"),
+    ("submitit_slurm", "SlurmLauncher"), ("slurm", "SlurmLauncher"),
+])
+def test_launchers_compose(hydra_ctx, launcher, cls):
+    cfg = make(f"hydra/launcher={launcher}", hydra=True)
+    assert cfg.hydra.launcher._target_.endswith(cls)
+    assert cfg.hydra.callbacks.tracking._target_ == "stagedspec.run.TrackingCallback"
+
+
+# ------------------------------------------------------------------ levels from the CLI
+def test_levels_drop_add_and_order(hydra_ctx, questions_file):
+    d = f"data.path={questions_file}"
+    assert [lv.name for lv in levels_from_cfg(make(d))] == ["ngram", "small"]
+    assert levels_from_cfg(make("levels.ngram=null", "levels.small=null", d)) == []
+    assert validate_cfg(make("levels.ngram=null", "levels.small=null", d)).method == "target"
+    assert validate_cfg(make("levels.ngram.enabled=false", d)).method == "small>target"
+    # the added slot comes last, but its stage (0) puts it below the small model (1)
+    plan = validate_cfg(make("+drafter@levels.lookup=prompt_lookup", "levels.ngram=null", d))
+    assert plan.method == "lookup>small>target"
+    # stage decides over slot order; ties keep slot order
+    assert [lv.name for lv in levels_from_cfg(make("levels.ngram.stage=5", "levels.small.stage=2", d))] == [
+        "small", "ngram"]
+    swapped = make("levels.ngram=null", "+drafter@levels.big=truncated", "levels.big.stage=0", d)
+    assert [lv.name for lv in levels_from_cfg(swapped)] == ["big", "small"]
+
+
+def test_top_level_tree_goes_to_the_top_level(hydra_ctx, questions_file):
+    plan = validate_cfg(make("tree=specinfer_221", "levels.small=null", f"data.path={questions_file}"))
+    assert plan.levels[-1].tree == {"widths": [2, 2, 1]}
+    assert plan.tree.startswith("[[0],[1],")
+
+
+def test_instantiate_allows_only_our_classes():
+    with pytest.raises(ConfigError, match="os.system"):
+        config_utils.instantiate({"_target_": "os.system", "command": "true"}, "x")
+    spec = config_utils.instantiate({"_target_": "stagedspec.models.ModelSpec", "source": "tiny"})
+    assert isinstance(spec, models.ModelSpec) and spec.source == "tiny"
+
+
+# ------------------------------------------------------------------ config hash
+def test_config_hash_ignores_bookkeeping_only(hydra_ctx, questions_file):
+    d = f"data.path={questions_file}"
+    base = config_hash(make("experiment=tiny", d))
+    assert base == config_hash(make("experiment=tiny", d))
+    assert base == config_hash(make("experiment=tiny", d, "tracking=server", "experiment_name=other"))
+    assert base != config_hash(make("experiment=tiny", d, "levels.small.k=3"))
+    assert base != config_hash(make("experiment=tiny", d, "sampling=t07"))
+    # two spellings of the same hierarchy are the same job
+    assert config_hash(make("experiment=tiny", d, "levels.ngram=null")) == config_hash(
+        make("experiment=tiny", d, "levels.ngram.enabled=false")
+    )
+
+
+def test_sweep_id_ignores_order_and_bookkeeping():
+    a = config_utils.sweep_id("e", ["levels.small.k=1,2", "sampling=greedy,t07", "tracking.uri=sqlite:///a"])
+    b = config_utils.sweep_id("e", ["sampling=greedy,t07", "levels.small.k=1,2", "hydra.sweep.dir=/x"])
+    assert a == b
+    assert a != config_utils.sweep_id("e", ["levels.small.k=1,2,4", "sampling=greedy,t07"])
+    assert a != config_utils.sweep_id("f", ["levels.small.k=1,2", "sampling=greedy,t07"])
+
+
+# ------------------------------------------------------------------ bad overrides fail early
+def bad_jsonl(tmp_path: Path) -> Path:
+    p = tmp_path / "bad.jsonl"
+    p.write_text(json.dumps({"question_id": 1, "category": "qa", "turns": ["ok?"]}) + "\n" + '{"question_id": 2, "categ\n')
+    return p
+
+
+BAD = [
+    # (overrides, words the error must contain)
+    (["+levels.foo={_target_:stagedspec.hierarchy.Nope,k:2}"], ["levels.foo", "stagedspec.hierarchy.Nope", "NgramLevel"]),
+    (["levels.small._target_=builtins.eval"], ["levels.small", "builtins.eval", "ModelLevel"]),
+    (["+levels.foo={k:2}"], ["levels.foo", "no _target_", "katz"]),
+    (["levels.small.k=0"], ["'small'", "got 0"]),
+    (["levels.ngram.k=-3"], ["'ngram'", "got -3"]),
+    (["sampling.temperature=-1"], ["temperature", "-1"]),
+    (["sampling.top_p=1.5"], ["top_p", "1.5"]),
+    (["sampling.top_p=0"], ["top_p", "got 0"]),
+    (["batch_size=0"], ["batch_size", "got 0"]),
+    (["max_new_tokens=0"], ["max_new_tokens", "got 0"]),
+    (["+levels.small.kk=3"], ["levels.small", "'kk'"]),
+    (["levels.small.model.layers=0"], ["layers", "0"]),
+    (["target.dtype=float8"], ["target", "float8"]),
+    (["tree=specinfer_221"], ["'small'", "'ngram'", "chain"]),  # a tree on a level with a lower level
+    (["levels.small=null", "+drafter@levels.lookup=prompt_lookup", "tree=dynamic"], ["'lookup'", "chains only"]),
+    (["+drafter@levels.late=katz", "levels.late.stage=3"], ["'late'", "lowest"]),
+    (["+levels.x={_target_:stagedspec.hierarchy.NgramLevel}"], ["['x']", "stage"]),
+    (["data.categories=[qa,poetry]"], ["poetry"]),
+    (["data.path=/nonexistent/questions.jsonl"], ["/nonexistent/questions.jsonl"]),
+]
+
+
+@pytest.mark.parametrize("overrides, words", BAD, ids=[" ".join(o) for o, _ in BAD])
+def test_bad_override_fails_before_loading(hydra_ctx, questions_file, no_model_loads, tmp_path, overrides, words):
+    from stagedspec import run
+
+    cfg = make("experiment=tiny", f"data.path={questions_file}", "tracking=none", *overrides)
+    with pytest.raises(ConfigError) as e:
+        run.execute(cfg, out_dir=tmp_path)
+    for w in words:
+        assert w in str(e.value), f"{w!r} not in {str(e.value)!r}"
+
+
+def test_malformed_jsonl_line_is_named(hydra_ctx, no_model_loads, tmp_path):
+    from stagedspec import run
+
+    bad = bad_jsonl(tmp_path)
+    with pytest.raises(ConfigError, match=f"{bad}:2"):
+        run.execute(make("experiment=tiny", f"data.path={bad}", "tracking=none"), out_dir=tmp_path)
+
+
+def test_unknown_drafter_option_fails_at_compose(hydra_ctx):
+    with pytest.raises(HydraException, match="nonexistent"):
+        make("+drafter@levels.x=nonexistent")
+
+
+def test_tokenizer_mismatch_is_caught_after_loading_before_decoding(hydra_ctx, questions_file, tmp_path, monkeypatch):
+    """A drafter with another vocabulary can only be seen once models load; it must fail
+    then, naming the level, before any decoding."""
+    from stagedspec import decoding, run
+
+    def refuse(*a, **k):
+        raise AssertionError("decoding started")
+
+    monkeypatch.setattr(decoding.SpeculativeDecoder, "generate", refuse)
+    cfg = make("experiment=tiny", f"data.path={questions_file}", "tracking=none", "levels.ngram=null",
+               "drafter@levels.small=small_tiny", "levels.small.model.tiny.vocab_size=64")
+    with pytest.raises(ValueError, match="level 'small'.*64"):
+        run.execute(cfg, out_dir=tmp_path)

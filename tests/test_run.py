@@ -1,0 +1,149 @@
+"""End-to-end sweeps with the tiny preset, through the real CLI and the real engine, read
+back from MLflow: params and metrics, resume, a killed job redone, parallel jobs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+REPO = Path(__file__).resolve().parent.parent
+SWEEP = ["experiment=tiny", "levels.small.k=1,2", "sampling=greedy,t07"]
+
+
+@pytest.fixture
+def questions(tmp_path) -> Path:
+    """Two questions: one with two turns (the second turn sees the first answer), one with one."""
+    p = tmp_path / "q.jsonl"
+    rows = [
+        {"question_id": 7, "category": "writing", "turns": ["Write a haiku about the sea.", "Now make it rhyme."]},
+        {"question_id": 9, "category": "qa", "turns": ["What is the capital of France?"]},
+    ]
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return p
+
+
+def sweep(tmp_path: Path, questions: Path, *extra: str, env: dict | None = None, check: bool = True):
+    cmd = [
+        sys.executable, "-m", "stagedspec.run", "-m", *SWEEP, f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+        f"hydra.sweep.dir={tmp_path}/multirun", f"data.path={questions}", *extra,
+    ]
+    full_env = {**os.environ, "TQDM_DISABLE": "1", "HYDRA_FULL_ERROR": "1", **(env or {})}
+    for k in ("STAGEDSPEC_FAIL_AFTER_JOBS", "STAGEDSPEC_FAIL_MODE", "STAGEDSPEC_PARENT_RUN_ID"):
+        if k not in (env or {}):
+            full_env.pop(k, None)
+    p = subprocess.run(cmd, cwd=tmp_path, env=full_env, capture_output=True, text=True, timeout=300)
+    if check:
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-6000:]
+    return p
+
+
+def runs(tmp_path: Path, role: str = "child", status: str | None = None) -> list:
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    exp = client.get_experiment_by_name("tiny")
+    out = client.search_runs([exp.experiment_id], filter_string=f"tags.`stagedspec.role` = '{role}'")
+    return [r for r in out if status is None or r.info.status == status]
+
+
+def test_sweep_logs_every_job_and_resumes(tmp_path, questions):
+    sweep(tmp_path, questions)
+    children = runs(tmp_path)
+    assert len(children) == 4 and all(r.info.status == "FINISHED" for r in children)
+    (parent,) = runs(tmp_path, role="parent")
+    assert parent.info.status == "FINISHED"
+    assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parent.info.run_id}
+    assert Counter(r.data.params["draft_k"] for r in children) == {"1": 2, "2": 2}
+    assert Counter(r.data.params["temperature"] for r in children) == {"0.0": 2, "0.7": 2}
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    for r in children:
+        p, m, t = r.data.params, r.data.metrics, r.data.tags
+        assert p["method"] == t["stagedspec.method"] == "ngram>small>target"
+        assert p["n_levels"] == "2" and p["tree"] == "chain" and p["batch_size"] == "1"
+        assert p["levels.small.k"] == p["draft_k"] and p["levels.small.model.layers"] == "1"
+        assert 0.0 <= m["acceptance_rate"] <= 1.0
+        assert m["mean_accepted_tokens_per_call"] >= 1.0
+        assert m["speedup"] > 0 and m["ar_tokens_per_s"] > 0 and m["tokens_per_s"] > 0
+        assert m["emitted"] == 3 * 12  # 3 prompt turns x max_new_tokens (tiny models have no EOS)
+        for cat in ("writing", "qa"):
+            assert m[f"speedup/{cat}"] > 0 and m[f"tokens_per_s/{cat}"] > 0
+            assert m[f"mean_accepted_tokens_per_call/{cat}"] >= 1.0
+        if p["temperature"] == "0.0":
+            assert m["ar_match_rate"] == 1.0, "greedy speculation must reproduce greedy decoding"
+        assert len(t["stagedspec.config_hash"]) == 64 and t["stagedspec.target_model"].startswith("tiny")
+        assert {"config.yaml", "outputs.jsonl", "metrics.json"} <= {a.path for a in client.list_artifacts(r.info.run_id)}
+    assert len({r.data.tags["stagedspec.config_hash"] for r in children}) == 4
+
+    # outputs.jsonl: one record per prompt turn and method; turn 2 carries turn 1 as history
+    recs = [json.loads(line) for line in (tmp_path / "multirun" / "0" / "outputs.jsonl").read_text().splitlines()]
+    assert Counter((r["method"], r["question_id"], r["turn"]) for r in recs) == {
+        (m, q, t): 1 for m in ("ngram>small>target", "target") for q, t in ((7, 1), (7, 2), (9, 1))
+    }
+    by = {(r["method"], r["question_id"], r["turn"]): r for r in recs}
+    first, second = by[("target", 7, 1)], by[("target", 7, 2)]
+    assert second["prompt_ids"][: len(first["prompt_ids"])] == first["prompt_ids"]
+    assert len(second["prompt_ids"]) > len(first["prompt_ids"]) + len("Now make it rhyme.")
+    assert len(first["output_ids"]) == len(first["provenance"]) == 12 and first["rounds"]
+    metrics = json.loads((tmp_path / "multirun" / "0" / "metrics.json").read_text())
+    assert metrics["speedup"] > 0
+
+    # the same sweep again: every job is found done and skipped
+    p = sweep(tmp_path, questions)
+    assert (p.stdout + p.stderr).count("skipping, already done") == 4
+    assert len(runs(tmp_path)) == 4 and len(runs(tmp_path, status="FINISHED")) == 4
+    assert len(runs(tmp_path, role="parent")) == 1
+
+
+@pytest.mark.parametrize("mode", ["exit", "raise"])
+def test_killed_or_failed_job_is_redone(tmp_path, questions, mode):
+    p = sweep(tmp_path, questions, env={"STAGEDSPEC_FAIL_AFTER_JOBS": "2", "STAGEDSPEC_FAIL_MODE": mode}, check=False)
+    assert p.returncode != 0
+    assert len(runs(tmp_path, status="FINISHED")) == 2
+    if mode == "exit":  # killed: jobs 0, 1 done, job 2 left RUNNING, job 3 never started
+        assert [r.info.status for r in runs(tmp_path) if r.info.status != "FINISHED"] == ["RUNNING"]
+    else:  # jobs 2 and 3 raised and were marked FAILED
+        assert sorted(r.info.status for r in runs(tmp_path)) == ["FAILED", "FAILED", "FINISHED", "FINISHED"]
+    p = sweep(tmp_path, questions)
+    assert (p.stdout + p.stderr).count("skipping, already done") == 2
+    children = runs(tmp_path)
+    assert len(children) == 4 and all(r.info.status == "FINISHED" for r in children)
+    assert len({r.data.tags["stagedspec.config_hash"] for r in children}) == 4  # one FINISHED run per job
+    (parent,) = runs(tmp_path, role="parent")
+    assert parent.info.status == "FINISHED"
+    assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parent.info.run_id}
+
+
+def test_parallel_jobs_on_a_fresh_database_lose_no_runs(tmp_path, questions):
+    sweep(tmp_path, questions, "hydra/launcher=joblib", "hydra.launcher.n_jobs=4", "target.threads=1")
+    children = runs(tmp_path)
+    assert len(children) == 4 and all(r.info.status == "FINISHED" for r in children)
+    (parent,) = runs(tmp_path, role="parent")
+    assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parent.info.run_id}
+    assert all("speedup" in r.data.metrics for r in children)
+
+
+def test_in_process_job_resume_and_redo(tmp_path, questions):
+    """``execute`` without the CLI (as from a notebook): skip when done, redo with resume=false."""
+    from hydra import compose, initialize_config_dir
+
+    from stagedspec import run
+    from stagedspec.config_utils import CONF_DIR
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        def cfg(*extra):
+            return compose("config", overrides=["experiment=tiny", f"data.path={questions}", f"tracking.uri={uri}",
+                                                 "max_new_tokens=4", *extra])
+
+        first = run.execute(cfg(), out_dir=tmp_path / "a")
+        assert first is not None and first["emitted"] == 3 * 4
+        assert run.execute(cfg(), out_dir=tmp_path / "b") is None  # done: skipped
+        assert run.execute(cfg("resume=false"), out_dir=tmp_path / "c") is not None
+    finished = runs(tmp_path, status="FINISHED")
+    assert len(finished) == 1 and len(runs(tmp_path)) == 1  # the first run was replaced, not duplicated
+    assert (tmp_path / "c" / "outputs.jsonl").is_file() and not (tmp_path / "b" / "outputs.jsonl").exists()
