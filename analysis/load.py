@@ -89,7 +89,7 @@ def load_runs(
     """Child runs as one row each: ``run_id``, ``params.*``, ``metrics.*``, ``tags.*``.
 
     With ``parent_run_id`` only that sweep's children; with just ``experiment`` every
-    child in it. Params are converted with ``pd.to_numeric`` where a whole column parses.
+    child in it. Only FINISHED runs count. Params are converted with ``pd.to_numeric`` where a whole column parses.
     """
     if experiment is None and parent_run_id is None:
         raise ValueError("load_runs needs an experiment name, a parent run id, or both")
@@ -98,7 +98,8 @@ def load_runs(
         exp_id = _experiment_id(client, tracking_uri, experiment)
     else:
         exp_id = client.get_run(parent_run_id).info.experiment_id
-    filters = [f"tags.`{ROLE_TAG}` = 'child'"]
+    # only finished jobs: a job that failed and was not re-run yet has no complete metrics
+    filters = [f"tags.`{ROLE_TAG}` = 'child'", "attributes.status = 'FINISHED'"]
     if parent_run_id is not None:
         filters.append(f"tags.`{PARENT_TAG}` = {_quoted(parent_run_id)}")
     runs = _all_pages(

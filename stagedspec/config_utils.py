@@ -184,15 +184,6 @@ def levels_from_cfg(cfg: DictConfig) -> list[Any]:
                 f"tree={top.tree!r}), not both"
             )
         top.tree = shape
-    for lower, lv in zip(levels, levels[1:]):
-        # a level drafting through a lower one offers the chain its inner decoding produced
-        # (drafters/model.py); catch it here instead of after the models are loaded
-        if getattr(lv, "tree", None) is not None:
-            raise ConfigError(
-                f"level {lv.name!r} drafts through the level {lower.name!r} below it, so it offers a chain; "
-                f"its tree must be null (got {lv.tree!r}): drop the lower level (levels.{lower.name}=null) "
-                f"or use tree=chain"
-            )
     return levels
 
 
@@ -211,7 +202,7 @@ class JobPlan:
     levels: list[Any]
     sampling: Any  # SamplingConfig
     questions: list[Any]  # list[Question]
-    data_path: Path
+    data_path: Path | None
     batch_size: int
     max_new_tokens: int
 
@@ -263,7 +254,7 @@ def _load_data(cfg: DictConfig) -> tuple[Path, list[Any]]:
     return path, questions
 
 
-def validate_cfg(cfg: DictConfig) -> JobPlan:
+def validate_cfg(cfg: DictConfig, with_data: bool = True) -> JobPlan:
     """Run every check that needs no model; raise ConfigError naming the bad value.
 
     Checked: batch_size, max_new_tokens, seed, baseline; every level (known type, k >= 1,
@@ -297,7 +288,7 @@ def validate_cfg(cfg: DictConfig) -> JobPlan:
         validate_levels(levels)  # the rules between levels
     except (TypeError, ValueError, FileNotFoundError) as e:
         raise ConfigError(f"levels: {e}") from e
-    path, questions = _load_data(cfg)
+    path, questions = _load_data(cfg) if with_data else (None, [])
     return JobPlan(
         target=target, levels=levels, sampling=sampling, questions=questions, data_path=path,
         batch_size=batch_size, max_new_tokens=max_new_tokens,

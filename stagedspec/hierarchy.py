@@ -133,9 +133,17 @@ def validate_levels(levels: list[Any]) -> None:
         if not isinstance(lv, LEVEL_TYPES):
             raise TypeError(f"unknown level type {type(lv).__name__}; valid: {[t.__name__ for t in LEVEL_TYPES]}")
         lv.validate()
-    for lv in levels[1:]:
+    for lower, lv in zip(levels, levels[1:]):
         if isinstance(lv, (NgramLevel, PromptLookupLevel)):
             raise ValueError(f"level {lv.name!r} ({type(lv).__name__}) can only be the lowest level")
+        # a level drafting through a lower one offers the chain its inner decoding produced
+        # (drafters/model.py); refuse a tree here, before any model is loaded
+        if getattr(lv, "tree", None) is not None:
+            raise ValueError(
+                f"level {lv.name!r} drafts through the level {lower.name!r} below it, so it offers a chain; "
+                f"its tree must be null (got {lv.tree!r}): drop the lower level (levels.{lower.name}=null) "
+                f"or use tree=chain"
+            )
 
 
 def build_hierarchy(

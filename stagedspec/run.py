@@ -263,41 +263,24 @@ def _record(q: Any, turn: int, method: str, prompt: list[int], seq: SequenceResu
 
 
 # ---------------------------------------------------------------------------- metrics
-def merge_results(results: list[GenerationResult]) -> GenerationResult:
-    """One GenerationResult holding all sequences, with times and counts summed."""
-    out = GenerationResult(sequences=[])
-    for r in results:
-        out.sequences.extend(r.sequences)
-        out.phase_times.extend(r.phase_times)
-        out.target_calls += r.target_calls
-        out.prefill_time += r.prefill_time
-        out.wall_time += r.wall_time
-        out.target_forward_time += r.target_forward_time
-        for k, v in r.draft_call_time.items():
-            out.draft_call_time[k] = out.draft_call_time.get(k, 0.0) + v
-        for k, n in r.draft_forwards.items():
-            out.draft_forwards[k] = out.draft_forwards.get(k, 0) + n
-    return out
-
-
 def job_metrics(run: MethodRun, ar: MethodRun | None, greedy: bool) -> dict[str, float]:
     """``GenerationResult.summary()`` over all the job's prompts, plus the AR comparison
     (``ar_tokens_per_s``, ``speedup``) and per-category ``tokens_per_s/<cat>``,
     ``mean_accepted_tokens_per_call/<cat>``, ``speedup/<cat>``."""
-    m = merge_results([r for _, r in run.results]).summary()
+    m = GenerationResult.merge([r for _, r in run.results]).summary()
     cats = list(dict.fromkeys(c for c, _ in run.results))
-    per_cat = {c: merge_results([r for cc, r in run.results if cc == c]).summary() for c in cats}
+    per_cat = {c: GenerationResult.merge([r for cc, r in run.results if cc == c]).summary() for c in cats}
     for c, s in per_cat.items():
         m[f"tokens_per_s/{c}"] = s["tokens_per_s"]
         m[f"mean_accepted_tokens_per_call/{c}"] = s["mean_accepted_tokens_per_call"]
     m["n_prompts"] = float(len(run.records))
     if ar is not None:
-        a = merge_results([r for _, r in ar.results]).summary()
+        a = GenerationResult.merge([r for _, r in ar.results]).summary()
         m["ar_tokens_per_s"] = a["tokens_per_s"]
         m["ar_wall_time_s"] = a["wall_time_s"]
         m["speedup"] = m["tokens_per_s"] / a["tokens_per_s"] if a["tokens_per_s"] > 0 else 0.0
         for c in cats:
-            ar_tps = merge_results([r for cc, r in ar.results if cc == c]).summary()["tokens_per_s"]
+            ar_tps = GenerationResult.merge([r for cc, r in ar.results if cc == c]).summary()["tokens_per_s"]
             m[f"ar_tokens_per_s/{c}"] = ar_tps
             m[f"speedup/{c}"] = per_cat[c]["tokens_per_s"] / ar_tps if ar_tps > 0 else 0.0
         if greedy:  # exactness check: greedy speculation must reproduce greedy decoding

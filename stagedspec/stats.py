@@ -114,6 +114,23 @@ class GenerationResult:
     target_forward_time: float = 0.0
     """Seconds spent inside target forwards during rounds (prefill excluded)."""
 
+    @classmethod
+    def merge(cls, results: list["GenerationResult"]) -> "GenerationResult":
+        """One result holding all sequences, with times and counts summed."""
+        out = cls(sequences=[])
+        for r in results:
+            out.sequences.extend(r.sequences)
+            out.phase_times.extend(r.phase_times)
+            out.target_calls += r.target_calls
+            out.prefill_time += r.prefill_time
+            out.wall_time += r.wall_time
+            out.target_forward_time += r.target_forward_time
+            for k, v in r.draft_call_time.items():
+                out.draft_call_time[k] = out.draft_call_time.get(k, 0.0) + v
+            for k, n in r.draft_forwards.items():
+                out.draft_forwards[k] = out.draft_forwards.get(k, 0) + n
+        return out
+
     def summary(self) -> dict[str, float]:
         out = summarize(self.sequences)
         emitted = sum(len(s.output_ids) for s in self.sequences)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from ..ngram_lm import KatzBackoffLM, prompt_lookup_candidates
@@ -27,6 +29,7 @@ class KatzNgramDrafter(Drafter):
         self.vocab_size, self.k, self.order, self.tree, self.name = vocab_size, k, order, tree, name
         self.corpus = list(corpus or [])
         self.calls = 0
+        self.seconds = 0.0
         self.reset(0)
 
     def reset(self, batch_size: int) -> None:
@@ -56,8 +59,15 @@ class KatzNgramDrafter(Drafter):
             self._absorb(b, ctx)
 
     def _q(self, b: int, ctx: list[int]) -> torch.Tensor:
+        t0 = time.perf_counter()
+        q = probabilities_from_probs(self.lms[b].distribution(ctx), self.sampling)
         self.calls += 1
-        return probabilities_from_probs(self.lms[b].distribution(ctx), self.sampling)
+        self.seconds += time.perf_counter() - t0
+        return q
+
+    def forward_stats(self) -> tuple[float, int]:
+        """A draft 'forward' here is one next-token distribution."""
+        return self.seconds, self.calls
 
     def propose(self, contexts: list[list[int]]) -> list[DraftTree]:
         for b, ctx in enumerate(contexts):
@@ -83,8 +93,14 @@ class PromptLookupDrafter(Drafter):
         self.k, self.max_ngram, self.min_ngram, self.name = k, max_ngram, min_ngram, name
         self.max_candidates = max_candidates
         self.calls = 0
+        self.seconds = 0.0
+
+    def forward_stats(self) -> tuple[float, int]:
+        """A draft 'forward' here is one batch of look-ups."""
+        return self.seconds, self.calls
 
     def propose(self, contexts: list[list[int]]) -> list[DraftTree]:
+        t0 = time.perf_counter()
         self.calls += 1
         trees = []
         for ctx in contexts:
@@ -97,6 +113,7 @@ class PromptLookupDrafter(Drafter):
                         children[(node, tok)] = tree.add(tok, node, None, self.name)
                     node = children[(node, tok)]
             trees.append(tree)
+        self.seconds += time.perf_counter() - t0
         return trees
 
     @property
