@@ -28,6 +28,10 @@ from transformers import DynamicCache
 _DUMMY = -2  # parent marker of a padding slot
 
 
+def _tril(n: int, batch: int) -> torch.Tensor:
+    return torch.ones(n, n, dtype=torch.bool).tril().expand(batch, n, n)
+
+
 class KVModel:
     def __init__(self, model: torch.nn.Module, name: str = "target") -> None:
         self.model = model
@@ -128,11 +132,13 @@ class KVModel:
     def _match_pending(self, b: int, ctx: list[int]) -> list[int]:
         """Pending slots of row b spelling ctx after the committed tokens (first match wins;
         two siblings with the same token hold identical keys and values)."""
-        toks, pars = self.p_tok[b], self.p_par[b]
+        child: dict[tuple[int, int], int] = {}
+        for s, (par, tok) in enumerate(zip(self.p_par[b], self.p_tok[b])):
+            child.setdefault((par, tok), s)
         out: list[int] = []
         cur, i = -1, len(self.tokens[b])
         while i < len(ctx):
-            nxt = next((s for s in range(len(toks)) if pars[s] == cur and toks[s] == ctx[i]), None)
+            nxt = child.get((cur, ctx[i]))
             if nxt is None:
                 break
             out.append(nxt)
@@ -203,14 +209,20 @@ class KVModel:
         allowed = torch.zeros(B, n, T + n, dtype=torch.bool)
         allowed[:, :, :c] = self.valid[:, None, :c]
         allowed[:, :, c:] = anc[:, P:, :]
-        # additive float mask: a boolean 4D mask gives wrong logits with eager attention (FACTS.md)
-        mask = torch.zeros(B, 1, n, T + n, dtype=self.dtype)
-        mask.masked_fill_(~allowed[:, None], torch.finfo(self.dtype).min)
+        if (n == 1 and bool(allowed.all())) or (P == 0 and torch.equal(allowed[:, :, c:], _tril(n, B))
+                                         and bool(self.valid[:, :c].all())):
+            # plain causal attention (no holes, no branches, no padding): let the model
+            # build its own mask, which lets SDPA take its faster mask-free kernels
+            mask = None
+        else:
+            # additive float mask: a boolean 4D mask gives wrong logits with eager attention (FACTS.md)
+            mask = torch.zeros(B, 1, n, T + n, dtype=self.dtype)
+            mask.masked_fill_(~allowed[:, None], torch.finfo(self.dtype).min)
         self.valid = torch.cat([self.valid, torch.zeros(B, n, dtype=torch.bool)], 1)
         t0 = time.perf_counter()
         out = self.decoder(
             input_ids=ids.to(self.device),
-            attention_mask=mask.to(self.device),
+            attention_mask=None if mask is None else mask.to(self.device),
             position_ids=pos.to(self.device),
             cache=self.cache,
             use_cache=True,

@@ -64,6 +64,10 @@ def probabilities_from_probs(q: torch.Tensor, cfg: SamplingConfig) -> torch.Tens
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:
     """One token from a 1-D distribution."""
+    top = torch.argmax(probs)
+    if probs[top] >= 1.0:
+        # a point mass (greedy): multinomial over the whole vocabulary costs ~1 ms here
+        return int(top)
     return int(torch.multinomial(probs, 1, generator=generator).item())
 
 
