@@ -158,14 +158,7 @@ class SpeculativeDecoder:
 
     def _score(self, ctxs: list[list[int]], trees: list[DraftTree]) -> tuple[list[torch.Tensor], list[int]]:
         """One target forward over each row's uncached tail plus its draft tree; returns the
-        logits at the root (last context token) and at every draft node."""
+        logits at the root (last context token) and at every draft node, and row widths."""
         tails = self.kv.sync(ctxs, min_tail=1)
-        P = self.kv.n_pending
-        toks, pars, want = [], [], []
-        for t, tree in zip(tails, trees):
-            root = P + len(t) - 1
-            toks.append(t + tree.tokens)
-            pars.append([-1] + list(range(P, root)) + [root if q < 0 else root + 1 + q for q in tree.parents])
-            want.append(list(range(len(t) - 1, len(t) + len(tree))))
-        widths = [len(t) for t in toks]
-        return self.kv.extend(toks, pars, want), widths
+        widths = [len(t) + len(tree) for t, tree in zip(tails, trees)]
+        return self.kv.extend_trees(tails, trees), widths

@@ -244,3 +244,25 @@ class KVModel:
         parents = [[-1] + list(range(P, P + len(t) - 1)) if t else [] for t in tails]
         want = [[len(t) - 1] if (t and want_last) else [] for t in tails]
         return self.extend(tails, parents, want)
+
+    def extend_trees(
+        self, tails: list[list[int]], trees: list, rows: list[bool] | None = None
+    ) -> list[torch.Tensor]:
+        """Feed each row's tail as a chain with its draft tree hanging from the last tail
+        token; return logits at that root and at every tree node (``[1 + nodes, V]``).
+
+        ``trees[b]`` has ``tokens`` and ``parents`` (-1 = child of the root). Rows with
+        ``rows[b] == False`` are not fed (their logits come back empty).
+        """
+        P = self.n_pending
+        toks, pars, want = [], [], []
+        for b, (t, tree) in enumerate(zip(tails, trees)):
+            if rows is not None and not rows[b]:
+                toks.append([]), pars.append([]), want.append([])
+                continue
+            root = P + len(t) - 1
+            toks.append(t + tree.tokens)
+            pars.append([-1] + list(range(P, root)) + [root if q < 0 else root + 1 + q for q in tree.parents])
+            want.append(list(range(len(t) - 1, len(t) + len(tree.tokens))))
+        return self.extend(toks, pars, want)
+

@@ -90,19 +90,7 @@ class ModelDrafter(Drafter):
             inner = [contexts[b] + out[b].tokens for b in range(B)]
             drafts = lower.propose(inner)
             tails = kv.sync(inner, min_tail=1)
-            P = kv.n_pending
-            toks: list[list[int]] = []
-            pars: list[list[int]] = []
-            for b in range(B):
-                t, d = tails[b], drafts[b]
-                if not need[b]:
-                    toks.append([]), pars.append([])
-                    continue
-                root = P + len(t) - 1
-                toks.append(t + d.tokens)
-                pars.append([-1] + list(range(P, root)) + [root if q < 0 else root + 1 + q for q in d.parents])
-            want = [list(range(len(t) - 1, len(x))) if x else [] for t, x in zip(tails, toks)]
-            logits = kv.extend(toks, pars, want)
+            logits = kv.extend_trees(tails, drafts, rows=need)
             acc = [0] * B
             for b in range(B):
                 if not need[b]:
