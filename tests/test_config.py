@@ -89,9 +89,10 @@ def test_base_config_validates_against_the_default_data(hydra_ctx, no_model_load
 
 
 def test_default_preset_is_small(hydra_ctx):
-    """The default sweep must finish well under 15 minutes on 2 CPU cores."""
+    """The default sweep must finish well under 15 minutes on 2 CPU cores (8 jobs of 5
+    prompts x 48 tokens, AR included, measured 3 min 3 s)."""
     cfg = make("experiment=default")
-    assert len(sweep_points("default")) <= 4
+    assert len(sweep_points("default")) <= 8
     assert cfg.max_new_tokens <= 64 and cfg.data.per_category == 1 and len(cfg.data.categories) <= 6
     assert cfg.target.source == "embedded"
 
