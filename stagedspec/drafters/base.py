@@ -143,28 +143,32 @@ def _grow_dynamic(
     gen: torch.Generator | None,
     origin: str,
 ) -> None:
-    """Best-first by cumulative draft probability. All candidates are point masses (ranked
-    tokens): whether a node is kept depends on its probability, so a sampled token kept
-    this way would not be distributed as q any more."""
+    """EAGLE-2-style: expand a beam of the ``topk`` most probable nodes per depth (by
+    cumulative draft probability), then keep the ``budget`` most probable nodes overall.
+    A child's cumulative probability never exceeds its parent's, so the kept set is a
+    tree. All candidates are point masses (ranked tokens): whether a node is kept depends
+    on its probability, so a sampled token kept this way would not be distributed as q."""
     greedy = SamplingConfig(temperature=0.0)
     for b, q in enumerate(root_q):
         if q is None:
             continue
+        work = trees[b]  # every candidate; expand() reads it
+        score: list[float] = []
         frontier = [(-1, 1.0, q)]
-        budget = shape.budget
         for d in range(1, shape.depth + 1):
-            cands = []
-            for node, score, qn in frontier:
-                for r, tok, _ in _candidates(qn, list(range(shape.topk)), greedy, gen, sampled_first=False):
-                    cands.append((score * float(qn[tok]), node, r, tok))
-            cands.sort(key=lambda c: -c[0])
-            chosen = sorted(cands[: min(shape.topk, budget)], key=lambda c: (c[1], c[2]))
-            if not chosen:
+            added = []
+            for node, s, qn in frontier:
+                for _, tok, _ in _candidates(qn, list(range(shape.topk)), greedy, gen, sampled_first=False):
+                    score.append(s * float(qn[tok]))
+                    added.append(work.add(tok, node, None, origin))
+            if d == shape.depth or len(work) >= shape.budget * shape.topk:
                 break
-            new = [(trees[b].add(tok, node, None, origin), s) for s, node, r, tok in chosen]
-            budget -= len(new)
-            if d == shape.depth or budget <= 0:
-                break
-            qs = expand([(b, n) for n, _ in new], trees)
-            frontier = [(n, s, qn) for (n, s), qn in zip(new, qs)]
-
+            beam = sorted(sorted(added, key=lambda n: -score[n])[: shape.topk])
+            qs = expand([(b, n) for n in beam], trees)
+            frontier = [(n, score[n], qn) for n, qn in zip(beam, qs)]
+        keep = sorted(sorted(range(len(work)), key=lambda n: (-score[n], n))[: shape.budget])
+        new_index = {-1: -1}
+        pruned = DraftTree()
+        for n in keep:
+            new_index[n] = pruned.add(work.tokens[n], new_index[work.parents[n]], None, origin)
+        trees[b] = pruned
