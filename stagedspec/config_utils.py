@@ -254,6 +254,25 @@ def _load_data(cfg: DictConfig) -> tuple[Path, list[Any]]:
     return path, questions
 
 
+def _check_vocab_sizes(target: Any, levels: list[Any]) -> None:
+    """A model level with another vocabulary than the target's, refused from the configs'
+    metadata before any weights load (the full tokenizer comparison runs at build time)."""
+    from .models import peek_vocab_size
+
+    want = None
+    for lv in levels:
+        spec = lv.spec() if hasattr(lv, "spec") else None
+        if spec is None or spec.source == "truncated":
+            continue
+        want = peek_vocab_size(target) if want is None else want
+        have = peek_vocab_size(spec)
+        if want is not None and have is not None and have != want:
+            raise ConfigError(
+                f"levels.{lv.name}: its model has a vocabulary of {have} tokens but the target has {want}; "
+                "every level must share the target's tokenizer"
+            )
+
+
 def validate_cfg(cfg: DictConfig, with_data: bool = True) -> JobPlan:
     """Run every check that needs no model; raise ConfigError naming the bad value.
 
@@ -288,6 +307,7 @@ def validate_cfg(cfg: DictConfig, with_data: bool = True) -> JobPlan:
         validate_levels(levels)  # the rules between levels
     except (TypeError, ValueError, FileNotFoundError) as e:
         raise ConfigError(f"levels: {e}") from e
+    _check_vocab_sizes(target, levels)
     path, questions = _load_data(cfg) if with_data else (None, [])
     return JobPlan(
         target=target, levels=levels, sampling=sampling, questions=questions, data_path=path,

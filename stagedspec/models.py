@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import json
 import logging
 import os
 import re
@@ -249,6 +250,27 @@ def _load_tokenizer_if_any(path: Path, **kwargs: Any) -> Any:
         log.warning("no tokenizer files in %s: tokenizer is None", path)
         return None
     return AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=False, **kwargs)
+
+
+def peek_vocab_size(spec: ModelSpec) -> int | None:
+    """The vocabulary size a spec will load, read without loading weights (config.json,
+    the dequantized cache's config, or the GGUF's metadata); None when not knowable
+    (``truncated`` has its target's). Lets a config be refused before any model loads."""
+    if spec.source == "tiny":
+        return int({**TINY_DEFAULTS, **dict(spec.tiny or {})}["vocab_size"])
+    if spec.source == "hf":
+        cfg = Path(str(spec.path)) / "config.json"
+        return json.loads(cfg.read_text()).get("vocab_size") if cfg.is_file() else None
+    if spec.source in ("embedded", "gguf"):
+        gguf = embedded_gguf_path() if spec.source == "embedded" else Path(str(spec.path))
+        cached = gguf_cache_path(gguf, spec.resolved_cache_dir()) / "config.json"
+        if cached.is_file():
+            return json.loads(cached.read_text()).get("vocab_size")
+        from gguf import GGUFReader  # metadata only (~2 s for the embedded file)
+
+        tokens = GGUFReader(str(gguf)).fields.get("tokenizer.ggml.tokens")
+        return len(tokens.data) if tokens is not None else None
+    return None
 
 
 def gguf_cache_path(gguf: Path, cache_dir: Path) -> Path:

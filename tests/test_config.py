@@ -105,7 +105,8 @@ def test_every_group_option_validates(hydra_ctx, questions_file, no_model_loads,
 
 def test_every_drafter_option_validates_as_top_or_only_level(hydra_ctx, questions_file, no_model_loads):
     for opt in options("drafter"):
-        cfg = make("levels.ngram=null", f"drafter@levels.small={opt}", f"data.path={questions_file}")
+        target = "target=tiny" if opt == "small_tiny" else "target=embedded"  # same vocabulary
+        cfg = make("levels.ngram=null", f"drafter@levels.small={opt}", f"data.path={questions_file}", target)
         (lv,) = validate_cfg(cfg).levels
         assert lv.name == "small"
     for opt in ("katz", "prompt_lookup"):  # lowest-only levels under a model level
@@ -237,16 +238,30 @@ def test_unknown_drafter_option_fails_at_compose(hydra_ctx):
         make("+drafter@levels.x=nonexistent")
 
 
-def test_tokenizer_mismatch_is_caught_after_loading_before_decoding(hydra_ctx, questions_file, tmp_path, monkeypatch):
-    """A drafter with another vocabulary can only be seen once models load; it must fail
-    then, naming the level, before any decoding."""
-    from stagedspec import decoding, run
-
-    def refuse(*a, **k):
-        raise AssertionError("decoding started")
-
-    monkeypatch.setattr(decoding.SpeculativeDecoder, "generate", refuse)
+def test_drafter_with_another_vocabulary_fails_before_models_load(hydra_ctx, questions_file, no_model_loads):
+    """The vocabulary size is read from the configs' metadata, so a mismatched level is
+    refused before any weights load, naming the level and both sizes."""
     cfg = make("experiment=tiny", f"data.path={questions_file}", "tracking=none", "levels.ngram=null",
                "drafter@levels.small=small_tiny", "levels.small.model.tiny.vocab_size=64")
-    with pytest.raises(ValueError, match="level 'small'.*64"):
-        run.execute(cfg, out_dir=tmp_path)
+    with pytest.raises(ConfigError, match=r"levels\.small: .*vocabulary of 64 tokens but the target has 128"):
+        validate_cfg(cfg)
+
+
+def test_tokenizer_mismatch_is_caught_after_loading_before_decoding(tmp_path):
+    """Same size, different tokens: only the loaded tokenizers tell, and the build step
+    refuses it (naming the level) before any decoding."""
+    from stagedspec.models import check_compatible
+
+    class Tok:
+        def __init__(self, vocab):
+            self.vocab = vocab
+
+        def get_vocab(self):
+            return self.vocab
+
+    from types import SimpleNamespace
+
+    a = SimpleNamespace(vocab_size=3, tokenizer=Tok({"a": 0, "b": 1, "c": 2}), name="t")
+    b = SimpleNamespace(vocab_size=3, tokenizer=Tok({"a": 0, "b": 2, "c": 1}), name="d")
+    with pytest.raises(ValueError, match="small"):
+        check_compatible(a, b, "small")
