@@ -213,18 +213,10 @@ def fig_acceptance_vs_k(runs: pd.DataFrame, path) -> pd.DataFrame:
     data = data.dropna(subset=["value"]).reset_index(drop=True)
     _single_x_note(data, "draft_k", "draft length", notes)
 
-    fig, (ax,) = _new_figure()
-    style = "temperature" if data["temperature"].nunique() > 1 else None
-    _, handles = _lines(ax, data, "draft_k", "value", _varying(data, ["method", "level"], keep=("level",)), style)
-    _int_ticks(ax, data["draft_k"])
-    ax.set_xlabel("draft length k of the level below the target (tokens)")
-    ax.set_ylabel("acceptance rate (accepted / drafted)")
-    ax.set_ylim(0, 1.02)
-    _title(fig, "Acceptance rate of each draft level vs draft length")
-    _legend(fig, ax, handles)
-    _save(fig, path)
-    data.attrs["notes"] = notes
-    return data
+    return _rate_lines(data, "draft_k", ["method", "level"], ("level",), path, notes,
+                       "draft length k of the level below the target (tokens)",
+                       "acceptance rate (accepted / drafted)",
+                       "Acceptance rate of each draft level vs draft length")
 
 
 def fig_tokens_per_call_vs_k(runs: pd.DataFrame, path) -> pd.DataFrame:
@@ -441,14 +433,23 @@ def fig_position_acceptance(runs: pd.DataFrame, path) -> pd.DataFrame:
     data = data.sort_values(["method", "draft_k", "temperature", "position"]).reset_index(drop=True)
     _single_x_note(data, "position", "draft position", notes)
 
+    return _rate_lines(data, "position", ["method", "draft_k"], ("draft_k",), path, notes,
+                       "draft position i (1 = first drafted token)", "acceptance at position i",
+                       "Acceptance at each draft position")
+
+
+def _rate_lines(data: pd.DataFrame, x: str, series: list[str], keep: tuple[str, ...], path, notes,
+                xlabel: str, ylabel: str, title: str) -> pd.DataFrame:
+    """A figure of rates in [0, 1] against an integer x, one line per series, dashed
+    lines per temperature when several."""
     fig, (ax,) = _new_figure()
     style = "temperature" if data["temperature"].nunique() > 1 else None
-    _, handles = _lines(ax, data, "position", "value", _varying(data, ["method", "draft_k"], keep=("draft_k",)), style)
-    _int_ticks(ax, data["position"])
-    ax.set_xlabel("draft position i (1 = first drafted token)")
-    ax.set_ylabel("acceptance at position i")
+    _, handles = _lines(ax, data, x, "value", _varying(data, series, keep=keep), style)
+    _int_ticks(ax, data[x])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.set_ylim(0, 1.02)
-    _title(fig, "Acceptance at each draft position")
+    _title(fig, title)
     _legend(fig, ax, handles)
     _save(fig, path)
     data.attrs["notes"] = notes
