@@ -18,7 +18,7 @@ Everything here is plain Python: no torch, Hydra or MLflow, so analysis code can
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 TARGET = "target"
 
@@ -216,7 +216,3 @@ def summarize(sequences: list[SequenceResult]) -> dict[str, float]:
     for level, n in prov.items():
         out[f"provenance/{level}"] = n / total_prov if total_prov else 0.0
     return out
-
-
-def round_to_dict(r: RoundStats) -> dict:
-    return asdict(r)

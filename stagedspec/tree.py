@@ -150,10 +150,6 @@ class DraftTree:
         self.origin.append(origin)
         return len(self.tokens) - 1
 
-    def children(self, node: int) -> list[int]:
-        """Children of ``node`` (-1 = root), in try order."""
-        return [i for i, p in enumerate(self.parents) if p == node]
-
     def depth(self) -> int:
         d = [0] * len(self.tokens)
         for i, p in enumerate(self.parents):
@@ -167,24 +163,3 @@ class DraftTree:
             node = self.parents[node]
         return out[::-1]
 
-
-def ancestor_mask(parents: list[int]) -> torch.Tensor:
-    """[n, n] bool: entry (i, j) is True when node j is node i or one of its ancestors.
-
-    Each tree node attends to the cached prefix plus exactly these nodes.
-    """
-    n = len(parents)
-    m = torch.zeros(n, n, dtype=torch.bool)
-    for i, p in enumerate(parents):
-        if p >= 0:
-            m[i] = m[p]
-        m[i, i] = True
-    return m
-
-
-def depths(parents: list[int]) -> list[int]:
-    """Depth of each node, root children at depth 1 (position id = prefix length + depth - 1)."""
-    d: list[int] = []
-    for p in parents:
-        d.append(1 if p < 0 else d[p] + 1)
-    return d
