@@ -91,13 +91,14 @@ class SpeculativeDecoder:
 
         while active:
             ctxs = [contexts[i] for i in active]
-            calls0 = {lv.name: int(getattr(lv, "calls", 0)) for lv in self.levels}
+            before = self._forward_stats()
             t0 = time.perf_counter()
             trees = self.drafter.propose(ctxs) if self.drafter is not None else [DraftTree() for _ in ctxs]
             t1 = time.perf_counter()
             logits, widths = self._score(ctxs, trees)
             t2 = time.perf_counter()
-            calls = {lv.name: int(getattr(lv, "calls", 0)) - calls0[lv.name] for lv in self.levels}
+            after = self._forward_stats()
+            calls = {lv.name: after[lv.name][1] - before[lv.name][1] for lv in self.levels}
             accepted, keep = [], []
             n_max = max(widths)
             for row, (i, tree) in enumerate(zip(active, trees)):

@@ -32,10 +32,6 @@ class ModelDrafter(Drafter):
         self.k, self.lower, self.tree, self.name = k, lower, tree, name
         self.vocab_size = self.kv.vocab_size
 
-    @property
-    def calls(self) -> int:
-        return self.kv.forward_calls
-
     def reset(self, batch_size: int) -> None:
         self.kv.reset(batch_size)
         super().reset(batch_size)
