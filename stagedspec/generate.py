@@ -17,7 +17,8 @@ from omegaconf import DictConfig
 from . import config_utils
 from .decoding import SpeculativeDecoder
 from .hierarchy import build_hierarchy
-from .run import encode, eos_token_ids, ids_to_text, load_cached
+from .run import load_cached
+from .text import encode, eos_token_ids, ids_to_text
 
 log = logging.getLogger(__name__)
 

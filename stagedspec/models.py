@@ -386,28 +386,3 @@ def check_compatible(target: LoadedModel, other: LoadedModel, level_name: str) -
                 f"level {level_name!r}: tokenizer vocabulary of {other.name!r} ({len(ov)} entries) differs from "
                 f"the target {target.name!r}'s ({len(tv)} entries); e.g. {diff}"
             )
-
-
-def encode_prompt(tokenizer: Any, turns: list[str] | str, history: list[tuple[str, str]] | None = None) -> list[int]:
-    """Token ids of a prompt, ready for generation.
-
-    ``history`` holds earlier (user, assistant) exchanges; ``turns`` the new user
-    message(s), each sent as a user message in order. With a chat template the messages
-    alternate user/assistant and end with the generation prompt; without one the texts
-    are joined by blank lines and encoded plainly.
-    """
-    if isinstance(turns, str):
-        turns = [turns]
-    turns = list(turns)
-    if not turns or any(not isinstance(t, str) or not t.strip() for t in turns):
-        raise ValueError(f"empty prompt: every turn must be non-blank text, got {turns!r}")
-    messages: list[dict[str, str]] = []
-    for user, assistant in history or []:
-        messages += [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
-    messages += [{"role": "user", "content": t} for t in turns]
-    if getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        # The template's text already holds any special tokens it wants (BOS, <|im_start|>).
-        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-    text = "\n\n".join(m["content"] for m in messages)
-    return list(tokenizer(text)["input_ids"])

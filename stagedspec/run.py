@@ -24,11 +24,7 @@ Examples::
 
 Multi-turn questions (MT-bench rows): turn t's prompt holds the earlier user messages
 and the answers *this method* generated to them, as chat history. All first turns are
-decoded before any second turn.
-
-Models without a tokenizer (the random "tiny" test models) read text byte-wise: the
-prompt's ids are ``[b % vocab_size for b in text.encode("utf-8")]``, and output ids are
-shown as text the same way backwards (``bytes(ids).decode(errors="replace")``).
+decoded before any second turn. Text to ids and back: ``text.py``.
 
 Test hook: with ``STAGEDSPEC_FAIL_AFTER_JOBS=N`` set, every job whose Hydra job number
 is >= N fails after its method's first batch: it raises (``STAGEDSPEC_FAIL_MODE=raise``,
@@ -61,6 +57,7 @@ from .config_utils import ConfigError, JobPlan
 from .decoding import SpeculativeDecoder
 from .hierarchy import build_hierarchy
 from .stats import GenerationResult, SequenceResult
+from .text import encode, eos_token_ids, ids_to_text
 
 log = logging.getLogger("stagedspec.run")
 
@@ -172,34 +169,6 @@ def load_cached(spec: models.ModelSpec) -> models.LoadedModel:
     else:
         log.info("reusing the loaded %s", _MODELS[key].name)
     return _MODELS[key]
-
-
-def eos_token_ids(target: models.LoadedModel) -> list[int]:
-    ids: set[int] = set()
-    for source in (getattr(target.tokenizer, "eos_token_id", None), target.model.generation_config.eos_token_id):
-        if isinstance(source, int):
-            ids.add(source)
-        elif source is not None:
-            ids.update(int(i) for i in source)
-    return sorted(ids) if target.tokenizer is not None else []  # random tiny models: no EOS
-
-
-def text_to_ids(text: str, vocab_size: int) -> list[int]:
-    """Tokenizer-less models (tiny tests): one id per UTF-8 byte, folded into the vocabulary."""
-    return [b % vocab_size for b in text.encode("utf-8")]
-
-
-def ids_to_text(target: models.LoadedModel, ids: list[int]) -> str:
-    if target.tokenizer is None:
-        return bytes(i % 256 for i in ids).decode("utf-8", errors="replace")
-    return target.tokenizer.decode(ids, skip_special_tokens=True)
-
-
-def encode(target: models.LoadedModel, user: str, history: list[tuple[str, str]]) -> list[int]:
-    if target.tokenizer is None:
-        parts = [t for pair in history for t in pair] + [user]
-        return text_to_ids("\n\n".join(parts), target.vocab_size)
-    return models.encode_prompt(target.tokenizer, [user], history=history)
 
 
 # ---------------------------------------------------------------------------- decoding

@@ -9,8 +9,9 @@ import torch
 from stagedspec.data import balanced, default_data_path, load_questions
 from stagedspec.decoding import SpeculativeDecoder
 from stagedspec.drafters import KatzNgramDrafter, ModelDrafter, PromptLookupDrafter
-from stagedspec.models import encode_prompt, truncated_copy
+from stagedspec.models import truncated_copy
 from stagedspec.sampling import SamplingConfig
+from stagedspec.text import encode_prompt
 from stagedspec.tree import TreeShape
 
 pytestmark = pytest.mark.slow

@@ -12,11 +12,11 @@ from stagedspec.models import (
     LoadedModel,
     ModelSpec,
     check_compatible,
-    encode_prompt,
     load_model,
     save_cache_atomically,
     truncated_copy,
 )
+from stagedspec.text import encode_prompt
 
 
 def _tiny(**kw) -> LoadedModel:
