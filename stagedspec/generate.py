@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 from . import config_utils
 from .decoding import SpeculativeDecoder
 from .hierarchy import build_hierarchy
-from .run import load_cached
+from .models import load_cached
 from .text import encode, eos_token_ids, ids_to_text
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ import re
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -207,6 +207,20 @@ def load_model(spec: ModelSpec) -> LoadedModel:
     )
     log.info("loaded %s (%s, %s) in %.2f s%s", name, spec.source, spec.dtype, load_time, " from cache" if cache_hit else "")
     return loaded
+
+
+_LOADED: dict[str, LoadedModel] = {}
+"""Models loaded by this process, keyed by their ModelSpec."""
+
+
+def load_cached(spec: ModelSpec) -> LoadedModel:
+    """``load_model`` once per spec per process: a multirun's later jobs reuse the models."""
+    key = json.dumps(asdict(spec), sort_keys=True, default=str)
+    if key not in _LOADED:
+        _LOADED[key] = load_model(spec)
+    else:
+        log.info("reusing the loaded %s", _LOADED[key].name)
+    return _LOADED[key]
 
 
 def _lm_head_size(model: nn.Module) -> int:

@@ -67,10 +67,6 @@ FAIL_AFTER_ENV = "STAGEDSPEC_FAIL_AFTER_JOBS"
 FAIL_MODE_ENV = "STAGEDSPEC_FAIL_MODE"
 REPO_DIR = Path(__file__).resolve().parent.parent
 
-_MODELS: dict[str, models.LoadedModel] = {}
-"""Models loaded by this process, keyed by their ModelSpec: a sweep loads each once."""
-
-
 # ---------------------------------------------------------------------------- tracking glue
 def _tracking_uri(cfg: DictConfig) -> str | None:
     tracking = cfg.get("tracking")
@@ -158,17 +154,6 @@ def _git_tags() -> dict[str, str]:
     except (OSError, subprocess.SubprocessError):
         return {}
     return {"mlflow.source.git.commit": commit, "stagedspec.git_dirty": str(bool(dirty)).lower()}
-
-
-# ---------------------------------------------------------------------------- models
-def load_cached(spec: models.ModelSpec) -> models.LoadedModel:
-    """``models.load_model`` once per spec per process."""
-    key = json.dumps(asdict(spec), sort_keys=True, default=str)
-    if key not in _MODELS:
-        _MODELS[key] = models.load_model(spec)
-    else:
-        log.info("reusing the loaded %s", _MODELS[key].name)
-    return _MODELS[key]
 
 
 # ---------------------------------------------------------------------------- decoding
@@ -310,8 +295,8 @@ def _decode_job(
     cfg: DictConfig, plan: JobPlan, out_dir: Path, job_num: int, tracker: Any, run_id: str | None
 ) -> dict[str, float]:
     t0 = time.perf_counter()
-    target = load_cached(plan.target)
-    drafter = build_hierarchy(plan.levels, target, load_cached)  # checks tokenizers, naming the level
+    target = models.load_cached(plan.target)
+    drafter = build_hierarchy(plan.levels, target, models.load_cached)  # checks tokenizers, naming the level
     if tracker is not None:
         draft_models = {lv.name: _level_model_name(lv, target) for lv in plan.levels}
         tracker.log(run_id, tags={"stagedspec.target_model": target.name, "stagedspec.draft_models": json.dumps(draft_models)})
@@ -372,7 +357,7 @@ def _level_model_name(level: Any, target: models.LoadedModel) -> str:
         return type(level).__name__
     if spec.source == "truncated":
         return f"{target.name}-first{spec.layers}"  # truncated_copy's name
-    return load_cached(spec).name  # already loaded by build_hierarchy
+    return models.load_cached(spec).name  # already loaded by build_hierarchy
 
 
 def _task_cfg(cfg: DictConfig) -> DictConfig:
