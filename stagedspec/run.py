@@ -8,7 +8,8 @@ The only module that knows Hydra configs, the decoding core and the tracker. One
 3. load the models (once per process: a multirun's later jobs reuse them), build the
    draft hierarchy (this checks each drafter's tokenizer against the target's);
 4. decode every prompt turn with the plain autoregressive baseline and with the
-   configured method, ``batch_size`` prompts of one category at a time;
+   configured method, ``batch_size`` prompts of one category at a time
+   (``evaluation.decode_all``);
 5. write ``outputs.jsonl`` and ``metrics.json`` in the Hydra run directory and log params,
    metrics, tags and artifacts to MLflow.
 
@@ -21,10 +22,6 @@ Examples::
     python -m stagedspec.run +drafter@levels.lookup=prompt_lookup levels.ngram=null
     python -m stagedspec.run -m hydra/launcher=parallel target.threads=1 levels.small.k=2,4
     python -m stagedspec.run tracking.uri=http://127.0.0.1:5000
-
-Multi-turn questions (MT-bench rows): turn t's prompt holds the earlier user messages
-and the answers *this method* generated to them, as chat history. All first turns are
-decoded before any second turn. Text to ids and back: ``text.py``.
 
 Test hook: with ``STAGEDSPEC_FAIL_AFTER_JOBS=N`` set, every job whose Hydra job number
 is >= N fails after its method's first batch: it raises (``STAGEDSPEC_FAIL_MODE=raise``,
@@ -39,9 +36,8 @@ import logging
 import os
 import subprocess
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -49,15 +45,14 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 import torch
-from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from . import config_utils, models
 from .config_utils import ConfigError, JobPlan
 from .decoding import SpeculativeDecoder
 from .hierarchy import build_hierarchy
-from .stats import GenerationResult, SequenceResult
-from .text import encode, eos_token_ids, ids_to_text
+from .evaluation import decode_all, job_metrics
+from .text import encode, eos_token_ids
 
 log = logging.getLogger("stagedspec.run")
 
@@ -156,93 +151,6 @@ def _git_tags() -> dict[str, str]:
     return {"mlflow.source.git.commit": commit, "stagedspec.git_dirty": str(bool(dirty)).lower()}
 
 
-# ---------------------------------------------------------------------------- decoding
-@dataclass
-class MethodRun:
-    """Everything one method produced over the job's prompts."""
-
-    method: str
-    records: list[dict] = field(default_factory=list)
-    results: list[tuple[str, GenerationResult]] = field(default_factory=list)  # (category, batch result)
-
-
-def _chunks(xs: list, n: int) -> list[list]:
-    return [xs[i : i + n] for i in range(0, len(xs), n)]
-
-
-def decode_all(
-    decoder: Any, method: str, target: models.LoadedModel, plan: JobPlan, max_prompt: int,
-    after_batch: Callable[[], None] = lambda: None,
-) -> MethodRun:
-    """Decode every turn of every question, turn by turn, in batches of one category."""
-    out = MethodRun(method)
-    answers: dict[int, list[str]] = {i: [] for i in range(len(plan.questions))}
-    total = sum(len(q.turns) for q in plan.questions)
-    truncated = 0
-    with tqdm(total=total, desc=method, unit="prompt", leave=False) as bar:
-        for turn in range(max(len(q.turns) for q in plan.questions)):
-            by_cat: dict[str, list[int]] = {}
-            for i, q in enumerate(plan.questions):
-                if len(q.turns) > turn:
-                    by_cat.setdefault(q.category, []).append(i)
-            for cat, idx in by_cat.items():
-                for batch in _chunks(idx, plan.batch_size):
-                    prompts = []
-                    for i in batch:
-                        q = plan.questions[i]
-                        ids = encode(target, q.turns[turn], list(zip(q.turns[:turn], answers[i])))
-                        if len(ids) > max_prompt:  # keep the end: it holds the question
-                            ids, truncated = ids[-max_prompt:], truncated + 1
-                        prompts.append(ids)
-                    res = decoder.generate(prompts, plan.max_new_tokens)
-                    out.results.append((cat, res))
-                    for i, prompt, seq in zip(batch, prompts, res.sequences):
-                        q = plan.questions[i]
-                        text = ids_to_text(target, seq.output_ids)
-                        answers[i].append(text)
-                        out.records.append(_record(q, turn, method, prompt, seq, text))
-                    bar.update(len(batch))
-                    after_batch()
-    if truncated:
-        log.warning("%s: %d prompt(s) longer than %d tokens were cut to their last %d", method, truncated, max_prompt, max_prompt)
-    return out
-
-
-def _record(q: Any, turn: int, method: str, prompt: list[int], seq: SequenceResult, text: str) -> dict:
-    return {
-        "question_id": q.question_id, "category": q.category, "turn": turn + 1, "method": method,
-        "prompt_ids": prompt, "output_ids": seq.output_ids, "text": text, "provenance": seq.provenance,
-        "finished_reason": seq.finished_reason, "rounds": [asdict(r) for r in seq.rounds],
-    }
-
-
-# ---------------------------------------------------------------------------- metrics
-def job_metrics(run: MethodRun, ar: MethodRun | None, greedy: bool) -> dict[str, float]:
-    """``GenerationResult.summary()`` over all the job's prompts, plus the AR comparison
-    (``ar_tokens_per_s``, ``speedup``) and per-category ``tokens_per_s/<cat>``,
-    ``mean_accepted_tokens_per_call/<cat>``, ``speedup/<cat>``."""
-    m = GenerationResult.merge([r for _, r in run.results]).summary()
-    cats = list(dict.fromkeys(c for c, _ in run.results))
-    per_cat = {c: GenerationResult.merge([r for cc, r in run.results if cc == c]).summary() for c in cats}
-    for c, s in per_cat.items():
-        m[f"tokens_per_s/{c}"] = s["tokens_per_s"]
-        m[f"mean_accepted_tokens_per_call/{c}"] = s["mean_accepted_tokens_per_call"]
-    m["n_prompts"] = float(len(run.records))
-    if ar is not None:
-        a = GenerationResult.merge([r for _, r in ar.results]).summary()
-        m["ar_tokens_per_s"] = a["tokens_per_s"]
-        m["ar_wall_time_s"] = a["wall_time_s"]
-        m["speedup"] = m["tokens_per_s"] / a["tokens_per_s"] if a["tokens_per_s"] > 0 else 0.0
-        for c in cats:
-            ar_tps = GenerationResult.merge([r for cc, r in ar.results if cc == c]).summary()["tokens_per_s"]
-            m[f"ar_tokens_per_s/{c}"] = ar_tps
-            m[f"speedup/{c}"] = per_cat[c]["tokens_per_s"] / ar_tps if ar_tps > 0 else 0.0
-        if greedy:  # exactness check: greedy speculation must reproduce greedy decoding
-            same = sum(x["output_ids"] == y["output_ids"] for x, y in zip(run.records, ar.records))
-            m["ar_match_rate"] = same / len(run.records)
-    return m
-
-
 def _maybe_fail(job_num: int) -> None:
     """The test hook described in the module docstring."""
     after = os.environ.get(FAIL_AFTER_ENV)
@@ -318,11 +226,14 @@ def _decode_job(
 
     with logging_redirect_tqdm():
         torch.manual_seed(cfg.seed)
-        run = decode_all(method_dec, plan.method, target, plan, max_prompt, after_batch=lambda: _maybe_fail(job_num))
+        run = decode_all(method_dec, plan.method, target, plan.questions, batch_size=plan.batch_size,
+                         max_new_tokens=plan.max_new_tokens, max_prompt=max_prompt,
+                         after_batch=lambda: _maybe_fail(job_num))
         ar = None
         if cfg.get("baseline", True) and plan.levels:
             torch.manual_seed(cfg.seed)
-            ar = decode_all(ar_dec, "target", target, plan, max_prompt)
+            ar = decode_all(ar_dec, "target", target, plan.questions, batch_size=plan.batch_size,
+                            max_new_tokens=plan.max_new_tokens, max_prompt=max_prompt)
         elif cfg.get("baseline", True):
             ar = run  # the method *is* the baseline: speedup 1 by definition
 
