@@ -12,8 +12,9 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from omegaconf import DictConfig
 
-from stagedspec import config_utils, models
-from stagedspec.config_utils import CONF_DIR, ConfigError, config_hash, levels_from_cfg, validate_cfg
+from stagedspec import models
+from stagedspec.app.identity import config_hash, sweep_id
+from stagedspec.app.plan import CONF_DIR, ConfigError, instantiate, levels_from_cfg, validate_cfg
 from stagedspec.data import SPEC_BENCH_CATEGORIES
 
 PRESETS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
@@ -128,7 +129,7 @@ def test_every_tree_option_validates(hydra_ctx, questions_file, no_model_loads):
 def test_launchers_compose(hydra_ctx, launcher, cls):
     cfg = make(f"hydra/launcher={launcher}", hydra=True)
     assert cfg.hydra.launcher._target_.endswith(cls)
-    assert cfg.hydra.callbacks.tracking._target_ == "stagedspec.run.TrackingCallback"
+    assert cfg.hydra.callbacks.tracking._target_ == "stagedspec.app.tracking.TrackingCallback"
 
 
 # ------------------------------------------------------------------ levels from the CLI
@@ -156,8 +157,8 @@ def test_top_level_tree_goes_to_the_top_level(hydra_ctx, questions_file):
 
 def test_instantiate_allows_only_our_classes():
     with pytest.raises(ConfigError, match="os.system"):
-        config_utils.instantiate({"_target_": "os.system", "command": "true"}, "x")
-    spec = config_utils.instantiate({"_target_": "stagedspec.models.ModelSpec", "source": "tiny"})
+        instantiate({"_target_": "os.system", "command": "true"}, "x")
+    spec = instantiate({"_target_": "stagedspec.models.ModelSpec", "source": "tiny"})
     assert isinstance(spec, models.ModelSpec) and spec.source == "tiny"
 
 
@@ -176,11 +177,11 @@ def test_config_hash_ignores_bookkeeping_only(hydra_ctx, questions_file):
 
 
 def test_sweep_id_ignores_order_and_bookkeeping():
-    a = config_utils.sweep_id("e", ["levels.small.k=1,2", "sampling=greedy,t07", "tracking.uri=sqlite:///a"])
-    b = config_utils.sweep_id("e", ["sampling=greedy,t07", "levels.small.k=1,2", "hydra.sweep.dir=/x"])
+    a = sweep_id("e", ["levels.small.k=1,2", "sampling=greedy,t07", "tracking.uri=sqlite:///a"])
+    b = sweep_id("e", ["sampling=greedy,t07", "levels.small.k=1,2", "hydra.sweep.dir=/x"])
     assert a == b
-    assert a != config_utils.sweep_id("e", ["levels.small.k=1,2,4", "sampling=greedy,t07"])
-    assert a != config_utils.sweep_id("f", ["levels.small.k=1,2", "sampling=greedy,t07"])
+    assert a != sweep_id("e", ["levels.small.k=1,2,4", "sampling=greedy,t07"])
+    assert a != sweep_id("f", ["levels.small.k=1,2", "sampling=greedy,t07"])
 
 
 # ------------------------------------------------------------------ bad overrides fail early
@@ -216,7 +217,7 @@ BAD = [
 
 @pytest.mark.parametrize("overrides, words", BAD, ids=[" ".join(o) for o, _ in BAD])
 def test_bad_override_fails_before_loading(hydra_ctx, questions_file, no_model_loads, tmp_path, overrides, words):
-    from stagedspec import run
+    from stagedspec.app import run
 
     cfg = make("experiment=tiny", f"data.path={questions_file}", "tracking=none", *overrides)
     with pytest.raises(ConfigError) as e:
@@ -226,7 +227,7 @@ def test_bad_override_fails_before_loading(hydra_ctx, questions_file, no_model_l
 
 
 def test_malformed_jsonl_line_is_named(hydra_ctx, no_model_loads, tmp_path):
-    from stagedspec import run
+    from stagedspec.app import run
 
     bad = bad_jsonl(tmp_path)
     with pytest.raises(ConfigError, match=f"{bad}:2"):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from hydra import compose, initialize_config_dir
 
-from stagedspec.config_utils import CONF_DIR, ConfigError
-from stagedspec.generate import generate_one
+from stagedspec.app.generate import generate_one
+from stagedspec.app.plan import CONF_DIR, ConfigError
 
 
 def _cfg(*overrides):

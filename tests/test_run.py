@@ -131,8 +131,8 @@ def test_in_process_job_resume_and_redo(tmp_path, questions):
     """``execute`` without the CLI (as from a notebook): skip when done, redo with resume=false."""
     from hydra import compose, initialize_config_dir
 
-    from stagedspec import run
-    from stagedspec.config_utils import CONF_DIR
+    from stagedspec.app import run
+    from stagedspec.app.plan import CONF_DIR
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):

@@ -1,4 +1,4 @@
-"""From a composed config to validated core objects, before any model is loaded.
+"""From a composed config to a validated ``JobPlan``, before any model is loaded.
 
 The runner calls ``validate_cfg`` first: it builds every object the job needs except the
 models (levels, the target's ModelSpec, the sampling rule) and reads the questions, so a
@@ -7,23 +7,22 @@ bad override fails in a second instead of after a 20-second model load. Every
 ``ALLOWED_TARGETS`` (Hydra 1.4 restricts ``_target_`` too; ours is stricter and names the
 valid ones). Hydra's own ``_target_``s (launchers, callbacks) stay Hydra's business.
 
-This module knows omegaconf but not Hydra or MLflow; ``config_hash`` and ``sweep_id`` are
-the keys the tracker uses to skip finished jobs and to find a sweep's parent run again.
+This module knows omegaconf but not Hydra or MLflow.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import importlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+from .. import data
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 LEVEL_TARGETS = (
     "stagedspec.hierarchy.NgramLevel",
@@ -35,15 +34,12 @@ ALLOWED_TARGETS = LEVEL_TARGETS + ("stagedspec.models.ModelSpec", "stagedspec.sa
 LEVEL_META_KEYS = ("stage", "enabled")
 """Keys of a level dict that the runner reads (ordering, on/off) and the level never sees."""
 
-HASH_EXCLUDED_KEYS = ("hydra", "tracking", "experiment_name", "resume")
-"""Top-level keys that do not change a job's results: where it is logged, not what it does."""
-
 
 class ConfigError(ValueError):
     """An invalid config; the message names the key and the bad value."""
 
 
-def _plain(node: Any) -> Any:
+def plain(node: Any) -> Any:
     """A resolved plain-Python copy of a config node (dicts, lists, scalars)."""
     if isinstance(node, (DictConfig, ListConfig)):
         return OmegaConf.to_container(node, resolve=True)
@@ -61,7 +57,7 @@ def instantiate(node: Any, where: str = "config") -> Any:
     Dicts without ``_target_`` and lists are returned as plain containers (their nested
     ``_target_`` dicts built). ``where`` is the config path, used in error messages.
     """
-    node = _plain(node)
+    node = plain(node)
     if isinstance(node, list):
         return [instantiate(v, f"{where}[{i}]") for i, v in enumerate(node)]
     if not isinstance(node, dict):
@@ -100,13 +96,13 @@ def level_slots(cfg: DictConfig) -> list[tuple[str, dict]]:
     if levels is None:
         return []
     if not isinstance(levels, DictConfig):
-        raise ConfigError(f"levels: expected a mapping of slot name -> level dict, got {_plain(levels)!r}")
+        raise ConfigError(f"levels: expected a mapping of slot name -> level dict, got {plain(levels)!r}")
     items: list[tuple[str, dict]] = []
     for slot in levels:
         node = levels[slot]
         if node is None:
             continue
-        d = _plain(node)
+        d = plain(node)
         if not isinstance(d, dict):
             raise ConfigError(
                 f"levels.{slot}: expected a level dict or null, got {d!r}; "
@@ -143,7 +139,7 @@ def _check_level_target(slot: str, d: dict) -> None:
         )
 
 
-def _level_dict(slot: str, d: dict) -> dict:
+def level_dict(slot: str, d: dict) -> dict:
     """A level's constructor dict: meta keys removed, the slot name as default ``name``."""
     _check_level_target(slot, d)
     out = {k: v for k, v in d.items() if k not in LEVEL_META_KEYS}
@@ -157,8 +153,8 @@ def tree_setting(cfg: DictConfig) -> Any:
     if tree is None:
         return None
     if isinstance(tree, DictConfig):
-        return _plain(tree.get("shape"))
-    return _plain(tree)
+        return plain(tree.get("shape"))
+    return plain(tree)
 
 
 def levels_from_cfg(cfg: DictConfig) -> list[Any]:
@@ -167,7 +163,7 @@ def levels_from_cfg(cfg: DictConfig) -> list[Any]:
     The top-level ``tree`` shape goes to the last level (the one that drafts for the
     target); lower levels take a shape only from their own ``tree`` key.
     """
-    levels = [instantiate(_level_dict(s, d), f"levels.{s}") for s, d in level_slots(cfg)]
+    levels = [instantiate(level_dict(s, d), f"levels.{s}") for s, d in level_slots(cfg)]
     shape = tree_setting(cfg)
     if shape is not None:
         if not levels:
@@ -219,23 +215,26 @@ class JobPlan:
     @property
     def tree(self) -> str:
         """The top level's tree shape as text ("chain" for a chain)."""
-        from .tree import TreeShape
+        from ..tree import TreeShape
 
         shape = TreeShape.parse(getattr(self.levels[-1], "tree", None)) if self.levels else None
         return "chain" if shape is None else str(shape)
 
 
-def _load_data(cfg: DictConfig) -> tuple[Path, list[Any]]:
-    from . import data
+def data_path(d: dict) -> Path:
+    """The questions file a ``data`` dict names: its ``path`` resolved, else the default file."""
+    return Path(d["path"]).expanduser().resolve() if d.get("path") else data.default_data_path()
 
+
+def _load_data(cfg: DictConfig) -> tuple[Path, list[Any]]:
     d = cfg.get("data")
-    d = _plain(d) if d is not None else {}
+    d = plain(d) if d is not None else {}
     if not isinstance(d, dict):
         raise ConfigError(f"data: expected a mapping, got {d!r}")
     unknown = sorted(set(d) - {"path", "limit", "categories", "per_category"})
     if unknown:
         raise ConfigError(f"data: unknown key(s) {unknown}; valid: ['path', 'limit', 'categories', 'per_category']")
-    path = Path(d["path"]).expanduser().resolve() if d.get("path") else data.default_data_path()
+    path = data_path(d)
     try:
         questions = data.load_questions(path, categories=d.get("categories"))
         if d.get("per_category") is not None:
@@ -257,7 +256,7 @@ def _load_data(cfg: DictConfig) -> tuple[Path, list[Any]]:
 def _check_vocab_sizes(target: Any, levels: list[Any]) -> None:
     """A model level with another vocabulary than the target's, refused from the configs'
     metadata before any weights load (the full tokenizer comparison runs at build time)."""
-    from .models import peek_vocab_size
+    from ..models import peek_vocab_size
 
     want = None
     for lv in levels:
@@ -283,7 +282,7 @@ def validate_cfg(cfg: DictConfig, with_data: bool = True) -> JobPlan:
     can only be found once the models are loaded; ``ModelLevel.build`` checks it then,
     before decoding, naming the level.
     """
-    from .hierarchy import validate_levels
+    from ..hierarchy import validate_levels
 
     batch_size = _check_int(cfg, "batch_size", 1)
     max_new_tokens = _check_int(cfg, "max_new_tokens", 1)
@@ -313,70 +312,3 @@ def validate_cfg(cfg: DictConfig, with_data: bool = True) -> JobPlan:
         target=target, levels=levels, sampling=sampling, questions=questions, data_path=path,
         batch_size=batch_size, max_new_tokens=max_new_tokens,
     )
-
-
-def _without(cfg: DictConfig, keys: Iterable[str]) -> dict:
-    """Resolved plain dict of ``cfg`` minus top-level ``keys`` (never resolving those)."""
-    skip = set(keys)
-    return {str(k): _plain(cfg[k]) for k in cfg if k not in skip}
-
-
-def config_hash(cfg: DictConfig) -> str:
-    """sha256 of what determines a job's results: the resolved config without tracking,
-    Hydra and naming keys, with the levels as the ordered list that actually runs (so
-    ``levels.x=null`` and ``levels.x.enabled=false`` hash alike) and the data path
-    resolved (so ``data.path=null`` and the default file's path hash alike)."""
-    payload = _without(cfg, HASH_EXCLUDED_KEYS)
-    payload["levels"] = [_level_dict(s, d) for s, d in level_slots(cfg)]
-    from . import data as data_mod
-
-    data = dict(payload.get("data") or {})
-    data["path"] = str(Path(data["path"]).expanduser().resolve() if data.get("path") else data_mod.default_data_path())
-    payload["data"] = data
-    text = json.dumps(payload, sort_keys=True, default=str, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _is_bookkeeping_override(override: str) -> bool:
-    key = override.lstrip("+~").split("=", 1)[0]
-    return key.startswith(("hydra.", "hydra/", "tracking")) or key == "experiment_name"
-
-
-def sweep_id(experiment_name: str, overrides: Iterable[str], sweeper_params: dict | None = None) -> str:
-    """Stable id of a sweep: its experiment name, its command-line overrides (sorted,
-    minus Hydra/tracking bookkeeping) and the preset's ``hydra.sweeper.params``. Running
-    the same command again gives the same id, so the sweep reattaches to its parent run."""
-    payload = {
-        "experiment_name": experiment_name,
-        "overrides": sorted(o for o in overrides if not _is_bookkeeping_override(o)),
-        "sweeper_params": {str(k): str(v) for k, v in sorted((sweeper_params or {}).items())},
-    }
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def job_overrides_label(overrides: Iterable[str]) -> str:
-    """A short run name from a job's overrides (bookkeeping and paths left out)."""
-    keep = [o for o in overrides if not _is_bookkeeping_override(o) and not o.startswith(("data.path", "experiment="))]
-    return ",".join(keep)
-
-
-def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
-    """Dotted keys -> scalar values; lists become JSON text (one MLflow param each)."""
-    node = _plain(node)
-    out: dict[str, Any] = {}
-    if isinstance(node, dict):
-        if not node and prefix:
-            out[prefix] = "{}"
-        for k, v in node.items():
-            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-    elif isinstance(node, list):
-        out[prefix] = json.dumps(node, separators=(",", ":"), default=str)
-    else:
-        out[prefix] = node
-    return out
-
-
-def flat_params(cfg: DictConfig) -> dict[str, Any]:
-    """The flattened resolved config (without ``hydra``), for MLflow params."""
-    return flatten(_without(cfg, ("hydra",)))

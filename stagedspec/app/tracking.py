@@ -1,13 +1,15 @@
-"""MLflow, in one place: the only module that writes runs.
+"""MLflow, in one place: the only module that writes runs, and the Hydra callback that
+opens a sweep's parent run before any job starts.
 
 One parent run per sweep (tag ``stagedspec.role=parent``, keyed by ``stagedspec.sweep_id``
 so a re-run of the same sweep reattaches to it) and one child run per job
 (``stagedspec.role=child``, ``mlflow.parentRunId``, ``stagedspec.config_hash``).
 
 Why it looks like this:
-- The database, the experiment and the parent are created *before* jobs start (by the
-  runner's Hydra callback): parallel jobs racing to create a fresh SQLite database or the
-  same experiment have lost runs.
+- The database, the experiment and the parent are created *before* jobs start (by
+  ``TrackingCallback``, registered in conf/config.yaml): parallel jobs racing to create a
+  fresh SQLite database or the same experiment have lost runs. Jobs find the parent by
+  an environment variable, or a file in the sweep directory on other machines.
 - Everything goes through an ``MlflowClient`` with explicit run ids, never the global
   "active run": jobs of a sweep share a process with the basic launcher.
 - Resume: a job whose config hash already has a FINISHED child is skipped. A job killed
@@ -17,10 +19,19 @@ Why it looks like this:
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from .identity import job_overrides_label, sweep_id
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +40,9 @@ HASH_TAG = "stagedspec.config_hash"
 SWEEP_TAG = "stagedspec.sweep_id"
 PARENT_TAG = "mlflow.parentRunId"  # what the MLflow UI nests runs by
 MAX_PARAM_LEN = 6000  # MLflow's limit on a param value
+PARENT_ENV = "STAGEDSPEC_PARENT_RUN_ID"
+PARENT_FILE = "mlflow_parent_run.json"
+REPO_DIR = Path(__file__).resolve().parents[2]
 
 
 def default_artifact_location(uri: str) -> str | None:
@@ -128,3 +142,88 @@ def _param_value(key: str, value: Any) -> str:
         log.warning("param %s is %d characters long; truncated to MLflow's %d", key, len(text), MAX_PARAM_LEN)
         text = text[: MAX_PARAM_LEN - 3] + "..."
     return text
+
+
+def tracker_for(cfg: DictConfig) -> Tracker | None:
+    """The tracker a config names (``tracking.uri``), or None when tracking is off."""
+    tracking = cfg.get("tracking")
+    uri = None if tracking is None else tracking.get("uri")
+    if not uri:
+        return None
+    return Tracker(uri, cfg.experiment_name, tracking.get("artifact_location"))
+
+
+class TrackingCallback(Callback):
+    """Creates the MLflow database, experiment and the sweep's parent run before any job
+    starts, and hands the parent's id to the jobs (environment variable, plus a file in
+    the sweep directory for jobs on other machines). Registered in conf/config.yaml under
+    ``hydra.callbacks``."""
+
+    def __init__(self) -> None:
+        self.tracker: Tracker | None = None
+        self.parent_run_id: str | None = None
+
+    def _start(self, config: DictConfig, multirun: bool) -> None:
+        if not HydraConfig.initialized():  # `${hydra:...}` in tracking.uri needs it
+            HydraConfig.instance().set_config(config)
+        self.tracker = tracker_for(config)
+        if self.tracker is None:
+            return
+        hc = config.hydra
+        params = OmegaConf.to_container(hc.sweeper.params, resolve=False) if hc.sweeper.get("params") else {}
+        overrides = list(hc.overrides.task)
+        sid = sweep_id(config.experiment_name, overrides, params)
+        name = job_overrides_label(overrides) or config.experiment_name
+        tags = {"stagedspec.overrides": " ".join(overrides)[:5000], **git_tags()}
+        self.parent_run_id = self.tracker.parent_run(sid, name, tags)
+        os.environ[PARENT_ENV] = self.parent_run_id
+        if multirun:
+            sweep_dir = Path(hc.sweep.dir)
+            sweep_dir.mkdir(parents=True, exist_ok=True)
+            (sweep_dir / PARENT_FILE).write_text(json.dumps({"parent_run_id": self.parent_run_id, "sweep_id": sid}))
+
+    def _end(self, status: str = "FINISHED") -> None:
+        # A multirun whose jobs raised never gets here (Hydra re-raises first): its parent
+        # stays RUNNING until a re-run of the sweep completes it.
+        if self.tracker is not None and self.parent_run_id:
+            self.tracker.end(self.parent_run_id, status)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._start(config, multirun=True)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        self._end()
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._start(config, multirun=False)
+
+    def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
+        job_return = kwargs.get("job_return")
+        failed = job_return is not None and getattr(job_return.status, "name", "") == "FAILED"
+        self._end("FAILED" if failed else "FINISHED")
+
+
+def parent_run_id() -> str | None:
+    """The sweep's parent run, as the callback handed it on (None outside a tracked sweep)."""
+    if os.environ.get(PARENT_ENV):
+        return os.environ[PARENT_ENV]
+    if HydraConfig.initialized():
+        f = Path(HydraConfig.get().sweep.dir) / PARENT_FILE
+        if f.is_file():
+            return json.loads(f.read_text())["parent_run_id"]
+    return None
+
+
+def git_tags() -> dict[str, str]:
+    """The commit the code ran from, and whether tracked files differed from it."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=REPO_DIR, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_DIR, capture_output=True, text=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return {"mlflow.source.git.commit": commit, "stagedspec.git_dirty": str(bool(dirty)).lower()}
