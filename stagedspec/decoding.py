@@ -15,7 +15,7 @@ import torch
 from .drafters.base import Drafter
 from .kvmodel import KVModel
 from .sampling import SamplingConfig, probabilities
-from .stats import TARGET, GenerationResult, PhaseTimes, RoundStats, SequenceResult
+from .stats import TARGET, GenerationResult, PhaseTimes, RoundStats, SequenceResult, method_name
 from .tree import DraftTree
 from .verification import verify_tree
 
@@ -47,14 +47,19 @@ class SpeculativeDecoder:
 
     @property
     def method(self) -> str:
-        return ">".join([lv.name for lv in self.levels] + [TARGET])
+        return method_name(lv.name for lv in self.levels)
+
+    @property
+    def draft_depth(self) -> int:
+        """The deepest draft any level makes: positions a round needs beyond the context."""
+        return max((lv.max_depth for lv in self.levels), default=0)
 
     def _validate(self, prompts: list[list[int]], max_new_tokens: int) -> None:
         if not prompts:
             raise ValueError("prompts is empty: give at least one prompt")
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-        depth = max((lv.max_depth for lv in self.levels), default=0)
+        depth = self.draft_depth
         for i, p in enumerate(prompts):
             if len(p) == 0:
                 raise ValueError(f"prompt {i} is empty")

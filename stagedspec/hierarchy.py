@@ -12,11 +12,12 @@ runner instantiates these from ``_target_`` dicts; a notebook can construct them
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Callable
 
 from .drafters.base import Drafter
 from .models import LoadedModel, ModelSpec
-from .tree import TreeShape
+from .tree import TreeShape, TreeShapeT
 
 
 def _check_k(name: str, k: Any) -> None:
@@ -24,8 +25,20 @@ def _check_k(name: str, k: Any) -> None:
         raise ValueError(f"level {name!r}: draft length k must be an integer >= 1, got {k!r}")
 
 
+class _TreeLevel:
+    """A level that can draft a tree: ``tree`` is the setting as configured (see
+    ``TreeShape.parse``; None = a chain of k), ``shape`` the same setting parsed."""
+
+    tree: Any
+
+    @cached_property
+    def shape(self) -> TreeShapeT:
+        # parsed once per level: validation, the drafter and the run's labels all read it
+        return TreeShape.parse(self.tree)
+
+
 @dataclass
-class NgramLevel:
+class NgramLevel(_TreeLevel):
     """Katz-backoff n-gram LM over token ids (the prompt so far, plus an optional corpus)."""
 
     k: int = 4
@@ -44,7 +57,7 @@ class NgramLevel:
 
             if not Path(self.corpus_file).is_file():
                 raise FileNotFoundError(f"level {self.name!r}: corpus_file {self.corpus_file!r} does not exist")
-        TreeShape.parse(self.tree)
+        self.shape  # parsing is the check
 
     def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
         from .drafters.ngram import KatzNgramDrafter
@@ -60,7 +73,7 @@ class NgramLevel:
             corpus = target.tokenizer.encode(Path(self.corpus_file).read_text(), add_special_tokens=False)
         return KatzNgramDrafter(
             vocab_size=target.vocab_size, k=self.k, order=self.order, corpus=corpus,
-            tree=TreeShape.parse(self.tree), name=self.name,
+            tree=self.shape, name=self.name,
         )
 
 
@@ -90,7 +103,7 @@ class PromptLookupLevel:
 
 
 @dataclass
-class ModelLevel:
+class ModelLevel(_TreeLevel):
     """A small causal LM sharing the target's tokenizer; with a lower level below it, it
     drafts by speculative decoding of that level (Staged SD's "draft of the draft")."""
 
@@ -105,7 +118,7 @@ class ModelLevel:
     def validate(self) -> None:
         _check_k(self.name, self.k)
         self.spec().validate()
-        TreeShape.parse(self.tree)
+        self.shape  # parsing is the check
 
     def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
         from .drafters.model import ModelDrafter
@@ -119,7 +132,7 @@ class ModelLevel:
         else:
             small = loader(spec)
         check_compatible(target, small, self.name)
-        return ModelDrafter(small.model, k=self.k, lower=lower, tree=TreeShape.parse(self.tree), name=self.name)
+        return ModelDrafter(small.model, k=self.k, lower=lower, tree=self.shape, name=self.name)
 
 
 LEVEL_TYPES = (NgramLevel, PromptLookupLevel, ModelLevel)

@@ -19,8 +19,15 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Iterable
 
 TARGET = "target"
+
+
+def method_name(level_names: Iterable[str]) -> str:
+    """A hierarchy's name: its draft levels, lowest first, then the target, e.g.
+    "ngram>small>target"; plain decoding is "target"."""
+    return ">".join([*level_names, TARGET])
 
 
 @dataclass

@@ -31,7 +31,7 @@ def generate_one(cfg: DictConfig) -> dict:
     ids = encode(target, prompt, [])
     res = dec.generate([ids], plan.max_new_tokens)
     seq = res.sequences[0]
-    return {"method": dec.method, "text": ids_to_text(target, seq.output_ids), "result": res}
+    return {"method": plan.method, "text": ids_to_text(target, seq.output_ids), "result": res}
 
 
 # Absolute, for the reason given in app/run.py.

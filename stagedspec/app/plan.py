@@ -1,8 +1,9 @@
 """From a composed config to a validated ``JobPlan``, before any model is loaded.
 
 The runner calls ``validate_cfg`` first: it builds every object the job needs except the
-models (levels, the target's ModelSpec, the sampling rule) and reads the questions, so a
-bad override fails in a second instead of after a 20-second model load. Every
+models (levels, the target's ModelSpec, the sampling rule), reads the questions and the
+job's settings (seed, baseline, ...), so a bad override fails in a second instead of
+after a 20-second model load, and the plan is all that travels below the runner. Every
 ``_target_`` goes through ``instantiate`` here, which builds only the classes in
 ``ALLOWED_TARGETS`` (Hydra 1.4 restricts ``_target_`` too; ours is stricter and names the
 valid ones). Hydra's own ``_target_``s (launchers, callbacks) stay Hydra's business.
@@ -21,6 +22,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from .. import data
+from ..stats import method_name
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
@@ -179,7 +181,7 @@ def levels_from_cfg(cfg: DictConfig) -> list[Any]:
                 f"tree: set the top level's tree either with `tree` or in the level ({top.name!r} has "
                 f"tree={top.tree!r}), not both"
             )
-        top.tree = shape
+        levels[-1] = dataclasses.replace(top, tree=shape)  # a new object: no stale parsed ``shape``
     return levels
 
 
@@ -192,7 +194,8 @@ def _check_int(cfg: DictConfig, key: str, minimum: int) -> int:
 
 @dataclass
 class JobPlan:
-    """Everything a job needs except the models, checked."""
+    """Everything a job needs except the models, checked. Below the runner only this
+    travels, never the config."""
 
     target: Any  # ModelSpec
     levels: list[Any]
@@ -201,11 +204,20 @@ class JobPlan:
     data_path: Path | None
     batch_size: int
     max_new_tokens: int
+    seed: int
+    baseline: bool
+    """Also decode with the target alone, on the same prompts (gives ``speedup``)."""
+    warmup: bool
+    """One short untimed generate per method first: first forwards allocate."""
+    resume: bool
+    """Skip the job if the tracker holds a FINISHED run of it; False: redo it."""
+    device: str
+    experiment_name: str
 
     @property
     def method(self) -> str:
         """Level names, lowest first, then the target: "ngram>small>target"."""
-        return ">".join([lv.name for lv in self.levels] + ["target"])
+        return method_name(lv.name for lv in self.levels)
 
     @property
     def draft_k(self) -> int:
@@ -215,10 +227,17 @@ class JobPlan:
     @property
     def tree(self) -> str:
         """The top level's tree shape as text ("chain" for a chain)."""
-        from ..tree import TreeShape
-
-        shape = TreeShape.parse(getattr(self.levels[-1], "tree", None)) if self.levels else None
+        shape = getattr(self.levels[-1], "shape", None) if self.levels else None
         return "chain" if shape is None else str(shape)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """What the job is, in a few MLflow params (logged beside the flattened config)."""
+        return {
+            "method": self.method, "draft_k": self.draft_k, "temperature": self.sampling.temperature,
+            "batch_size": self.batch_size, "tree": self.tree, "n_levels": len(self.levels),
+            "data.resolved_path": str(self.data_path), "n_questions": len(self.questions),
+        }
 
 
 def data_path(d: dict) -> Path:
@@ -275,10 +294,10 @@ def _check_vocab_sizes(target: Any, levels: list[Any]) -> None:
 def validate_cfg(cfg: DictConfig, with_data: bool = True) -> JobPlan:
     """Run every check that needs no model; raise ConfigError naming the bad value.
 
-    Checked: batch_size, max_new_tokens, seed, baseline; every level (known type, k >= 1,
-    its own keys, tree shape, order rules); the target's ModelSpec; the sampling rule
-    (temperature >= 0, top_p in (0, 1], top_k >= 0); the data file (present, every line
-    well-formed, categories known). A drafter whose tokenizer differs from the target's
+    Checked: batch_size, max_new_tokens, seed, baseline, resume, warmup; every level
+    (known type, k >= 1, its own keys, tree shape, order rules); the target's ModelSpec;
+    the sampling rule (temperature >= 0, top_p in (0, 1], top_k >= 0); the data file
+    (present, every line well-formed, categories known). A drafter whose tokenizer differs from the target's
     can only be found once the models are loaded; ``ModelLevel.build`` checks it then,
     before decoding, naming the level.
     """
@@ -286,7 +305,7 @@ def validate_cfg(cfg: DictConfig, with_data: bool = True) -> JobPlan:
 
     batch_size = _check_int(cfg, "batch_size", 1)
     max_new_tokens = _check_int(cfg, "max_new_tokens", 1)
-    _check_int(cfg, "seed", 0)
+    seed = _check_int(cfg, "seed", 0)
     for key in ("baseline", "resume", "warmup"):
         if not isinstance(cfg.get(key, True), bool):
             raise ConfigError(f"{key} must be true or false, got {cfg.get(key)!r}")
@@ -310,5 +329,7 @@ def validate_cfg(cfg: DictConfig, with_data: bool = True) -> JobPlan:
     path, questions = _load_data(cfg) if with_data else (None, [])
     return JobPlan(
         target=target, levels=levels, sampling=sampling, questions=questions, data_path=path,
-        batch_size=batch_size, max_new_tokens=max_new_tokens,
+        batch_size=batch_size, max_new_tokens=max_new_tokens, seed=seed, baseline=cfg.get("baseline", True),
+        warmup=cfg.get("warmup", True), resume=cfg.get("resume", True), device=str(cfg.get("device")),
+        experiment_name=cfg.get("experiment_name"),
     )

@@ -2,16 +2,17 @@
 
 Where a Hydra config, the decoding library and the tracker meet. One job:
 
-1. validate the whole config, reading the questions (``plan.validate_cfg``):
-   nothing is loaded before every cheap check has passed;
+1. translate the whole config into a checked ``JobPlan``, reading the questions
+   (``plan.validate_cfg``): nothing is loaded before every cheap check has passed, and
+   below this function only the plan travels;
 2. skip the job if MLflow already holds a FINISHED run with the same config hash;
 3. load the models (once per process: a multirun's later jobs reuse them), build the
    draft hierarchy (this checks each drafter's tokenizer against the target's);
 4. decode every prompt turn with the plain autoregressive baseline and with the
    configured method, ``batch_size`` prompts of one category at a time
    (``evaluation.decode_all``);
-5. write ``outputs.jsonl`` and ``metrics.json`` in the Hydra run directory and log params,
-   metrics, tags and artifacts to MLflow.
+5. write ``outputs.jsonl``, ``metrics.json`` and ``config.yaml`` in the Hydra run
+   directory and log params, metrics, tags and artifacts to MLflow.
 
 Examples::
 
@@ -44,19 +45,119 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from .. import models
 from ..decoding import SpeculativeDecoder
-from ..evaluation import decode_all, job_metrics
+from ..evaluation import MethodRun, decode_all, job_metrics
 from ..hierarchy import build_hierarchy
+from ..models import LoadedModel, load_cached
 from ..text import encode, eos_token_ids
 from .identity import config_hash, flat_params, job_overrides_label
 from .plan import CONF_DIR, ConfigError, JobPlan, validate_cfg
-from .tracking import git_tags, parent_run_id, tracker_for
+from .tracking import Tracker, git_tags, parent_run_id, tracker_for
 
 log = logging.getLogger(__name__)
 
 FAIL_AFTER_ENV = "STAGEDSPEC_FAIL_AFTER_JOBS"
 FAIL_MODE_ENV = "STAGEDSPEC_FAIL_MODE"
+ARTIFACTS = ("config.yaml", "outputs.jsonl", "metrics.json")
+
+
+def execute(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, float] | None:
+    """Run one job; returns its metrics, or None when it was skipped as already done."""
+    plan = validate_cfg(cfg)  # before anything is loaded
+    chash = config_hash(cfg)
+    hc = HydraConfig.get() if HydraConfig.initialized() else None
+    out_dir = Path(out_dir or (hc.runtime.output_dir if hc else Path.cwd()))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    job_num = int(hc.job.num) if hc is not None and hc.job.get("num") is not None else 0
+    tracker = tracker_for(cfg)
+    if tracker is not None and plan.resume:
+        done = tracker.finished_child(chash)
+        if done is not None:
+            log.info("skipping, already done: run %s has config hash %s", done, chash[:12])
+            return None
+    # what the job is written down as: the resolved config without Hydra's node
+    config_yaml = OmegaConf.to_yaml(_task_cfg(cfg), resolve=True)
+    params = {**flat_params(cfg), **plan.params} if tracker is not None else {}
+    tags = {
+        "stagedspec.method": plan.method, "stagedspec.device": plan.device,
+        "stagedspec.experiment": plan.experiment_name, **git_tags(),
+    }
+    name = job_overrides_label(hc.overrides.task) if hc is not None else ""
+    run_id = None
+    if tracker is not None:
+        run_id = tracker.start_child(parent_run_id(), chash, name or plan.method, tags, redo_finished=not plan.resume)
+    try:
+        metrics = _run_job(plan, out_dir, job_num, config_yaml, params, tracker, run_id)
+    except BaseException:
+        if tracker is not None:
+            tracker.end(run_id, "FAILED")
+        raise
+    if tracker is not None:
+        tracker.end(run_id, "FINISHED")
+    return metrics
+
+
+def _run_job(
+    plan: JobPlan, out_dir: Path, job_num: int, config_yaml: str, params: dict[str, Any],
+    tracker: Tracker | None, run_id: str | None,
+) -> dict[str, float]:
+    t0 = time.perf_counter()
+    target = load_cached(plan.target)
+    drafter = build_hierarchy(plan.levels, target, load_cached)  # checks tokenizers, naming the level
+    if tracker is not None:
+        draft_models = {lv.name: _level_model_name(lv, target) for lv in plan.levels}
+        tracker.log(run_id, tags={"stagedspec.target_model": target.name, "stagedspec.draft_models": json.dumps(draft_models)})
+    load_s = time.perf_counter() - t0
+    eos = eos_token_ids(target)
+    method_dec = SpeculativeDecoder(target.model, drafter, plan.sampling, eos, context_length=target.context_length)
+    ar_dec = SpeculativeDecoder(target.model, None, plan.sampling, eos, context_length=target.context_length)
+    depth = method_dec.draft_depth
+    max_prompt = target.context_length - plan.max_new_tokens - depth
+    if max_prompt < 1:
+        raise ConfigError(
+            f"max_new_tokens={plan.max_new_tokens} plus draft depth {depth} leaves no room for a prompt in "
+            f"{target.name}'s context of {target.context_length} tokens"
+        )
+    if plan.warmup:  # first forwards allocate; keep that out of either method's time
+        first = encode(target, plan.questions[0].turns[0], [])[-min(32, max_prompt) :]
+        for dec in (method_dec, ar_dec):
+            dec.generate([first], min(4, plan.max_new_tokens))
+
+    def decode(dec: SpeculativeDecoder, method: str, after_batch=lambda: None) -> MethodRun:
+        torch.manual_seed(plan.seed)
+        return decode_all(dec, method, target, plan.questions, batch_size=plan.batch_size,
+                          max_new_tokens=plan.max_new_tokens, max_prompt=max_prompt, after_batch=after_batch)
+
+    with logging_redirect_tqdm():
+        run = decode(method_dec, plan.method, after_batch=lambda: _maybe_fail(job_num))
+        ar = None
+        if plan.baseline and plan.levels:
+            ar = decode(ar_dec, ar_dec.method)
+        elif plan.baseline:
+            ar = run  # the method *is* the baseline: speedup 1 by definition
+
+    metrics = job_metrics(run, ar, plan.sampling.greedy)
+    metrics["model_load_s"] = load_s
+    _write(out_dir, run.records + (ar.records if ar is not None and ar is not run else []), metrics, config_yaml)
+    log.info(
+        "%s: %.2f tok/s%s, %.2f tokens/call, acceptance %.3f over %d prompts -> %s", plan.method,
+        metrics["tokens_per_s"], f" (AR {metrics['ar_tokens_per_s']:.2f}, speedup {metrics['speedup']:.3f})" if ar else "",
+        metrics["mean_accepted_tokens_per_call"], metrics.get("acceptance_rate", float("nan")), len(run.records), out_dir,
+    )
+    if tracker is not None:
+        tracker.log(run_id, params=params, metrics=metrics)
+        for fname in ARTIFACTS:
+            tracker.log_artifact(run_id, out_dir / fname)
+    return metrics
+
+
+def _write(out_dir: Path, records: list[dict], metrics: dict[str, float], config_yaml: str) -> None:
+    """The job's files in its run directory (the tracker gets copies as artifacts)."""
+    with open(out_dir / "outputs.jsonl", "w", encoding="utf-8") as f:
+        for rec in records:
+            f.write(json.dumps(rec) + "\n")
+    (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=1, sort_keys=True))
+    (out_dir / "config.yaml").write_text(config_yaml)
 
 
 def _maybe_fail(job_num: int) -> None:
@@ -71,112 +172,13 @@ def _maybe_fail(job_num: int) -> None:
     raise RuntimeError(f"test hook {FAIL_AFTER_ENV}={after}: job {job_num} fails mid-way")
 
 
-# ---------------------------------------------------------------------------- the job
-def execute(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, float] | None:
-    """Run one job; returns its metrics, or None when it was skipped as already done."""
-    plan = validate_cfg(cfg)  # before anything is loaded
-    chash = config_hash(cfg)
-    hc = HydraConfig.get() if HydraConfig.initialized() else None
-    out_dir = Path(out_dir or (hc.runtime.output_dir if hc else Path.cwd()))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    job_num = int(hc.job.num) if hc is not None and hc.job.get("num") is not None else 0
-    tracker = tracker_for(cfg)
-    resume = cfg.get("resume", True)
-    if tracker is not None and resume:
-        done = tracker.finished_child(chash)
-        if done is not None:
-            log.info("skipping, already done: run %s has config hash %s", done, chash[:12])
-            return None
-    method = plan.method
-    tags = {
-        "stagedspec.method": method, "stagedspec.device": str(cfg.device), "stagedspec.experiment": cfg.experiment_name,
-        **git_tags(),
-    }
-    name = job_overrides_label(hc.overrides.task) if hc is not None else ""
-    run_id = None
-    if tracker is not None:
-        run_id = tracker.start_child(parent_run_id(), chash, name or method, tags, redo_finished=not resume)
-    try:
-        metrics = _decode_job(cfg, plan, out_dir, job_num, tracker, run_id)
-    except BaseException:
-        if tracker is not None:
-            tracker.end(run_id, "FAILED")
-        raise
-    if tracker is not None:
-        tracker.end(run_id, "FINISHED")
-    return metrics
-
-
-def _decode_job(
-    cfg: DictConfig, plan: JobPlan, out_dir: Path, job_num: int, tracker: Any, run_id: str | None
-) -> dict[str, float]:
-    t0 = time.perf_counter()
-    target = models.load_cached(plan.target)
-    drafter = build_hierarchy(plan.levels, target, models.load_cached)  # checks tokenizers, naming the level
-    if tracker is not None:
-        draft_models = {lv.name: _level_model_name(lv, target) for lv in plan.levels}
-        tracker.log(run_id, tags={"stagedspec.target_model": target.name, "stagedspec.draft_models": json.dumps(draft_models)})
-    load_s = time.perf_counter() - t0
-    eos = eos_token_ids(target)
-    method_dec = SpeculativeDecoder(target.model, drafter, plan.sampling, eos, context_length=target.context_length)
-    ar_dec = SpeculativeDecoder(target.model, None, plan.sampling, eos, context_length=target.context_length)
-    depth = max((lv.max_depth for lv in method_dec.levels), default=0)
-    max_prompt = target.context_length - plan.max_new_tokens - depth
-    if max_prompt < 1:
-        raise ConfigError(
-            f"max_new_tokens={plan.max_new_tokens} plus draft depth {depth} leaves no room for a prompt in "
-            f"{target.name}'s context of {target.context_length} tokens"
-        )
-    if cfg.get("warmup", True):  # first forwards allocate; keep that out of either method's time
-        first = encode(target, plan.questions[0].turns[0], [])[-min(32, max_prompt) :]
-        for dec in (method_dec, ar_dec):
-            dec.generate([first], min(4, plan.max_new_tokens))
-
-    with logging_redirect_tqdm():
-        torch.manual_seed(cfg.seed)
-        run = decode_all(method_dec, plan.method, target, plan.questions, batch_size=plan.batch_size,
-                         max_new_tokens=plan.max_new_tokens, max_prompt=max_prompt,
-                         after_batch=lambda: _maybe_fail(job_num))
-        ar = None
-        if cfg.get("baseline", True) and plan.levels:
-            torch.manual_seed(cfg.seed)
-            ar = decode_all(ar_dec, "target", target, plan.questions, batch_size=plan.batch_size,
-                            max_new_tokens=plan.max_new_tokens, max_prompt=max_prompt)
-        elif cfg.get("baseline", True):
-            ar = run  # the method *is* the baseline: speedup 1 by definition
-
-    metrics = job_metrics(run, ar, plan.sampling.greedy)
-    metrics["model_load_s"] = load_s
-    with open(out_dir / "outputs.jsonl", "w", encoding="utf-8") as f:
-        for rec in run.records + (ar.records if ar is not None and ar is not run else []):
-            f.write(json.dumps(rec) + "\n")
-    (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=1, sort_keys=True))
-    (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(_task_cfg(cfg), resolve=True))
-    log.info(
-        "%s: %.2f tok/s%s, %.2f tokens/call, acceptance %.3f over %d prompts -> %s", plan.method,
-        metrics["tokens_per_s"], f" (AR {metrics['ar_tokens_per_s']:.2f}, speedup {metrics['speedup']:.3f})" if ar else "",
-        metrics["mean_accepted_tokens_per_call"], metrics.get("acceptance_rate", float("nan")), len(run.records), out_dir,
-    )
-    if tracker is not None:
-        params = flat_params(cfg)
-        params.update({
-            "method": plan.method, "draft_k": plan.draft_k, "temperature": plan.sampling.temperature,
-            "batch_size": plan.batch_size, "tree": plan.tree, "n_levels": len(plan.levels),
-            "data.resolved_path": str(plan.data_path), "n_questions": len(plan.questions),
-        })
-        tracker.log(run_id, params=params, metrics=metrics)
-        for fname in ("config.yaml", "outputs.jsonl", "metrics.json"):
-            tracker.log_artifact(run_id, out_dir / fname)
-    return metrics
-
-
-def _level_model_name(level: Any, target: models.LoadedModel) -> str:
+def _level_model_name(level: Any, target: LoadedModel) -> str:
     spec = level.spec() if hasattr(level, "spec") else None
     if spec is None:
         return type(level).__name__
     if spec.source == "truncated":
         return f"{target.name}-first{spec.layers}"  # truncated_copy's name
-    return models.load_cached(spec).name  # already loaded by build_hierarchy
+    return load_cached(spec).name  # already loaded by build_hierarchy
 
 
 def _task_cfg(cfg: DictConfig) -> DictConfig:
@@ -192,4 +194,3 @@ def _task_cfg(cfg: DictConfig) -> DictConfig:
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> dict[str, float] | None:
     return execute(cfg)
-
