@@ -5,6 +5,14 @@ engine, so a report can be rebuilt on a laptop from the tracking database alone.
 ``python -m analysis.report experiment=NAME`` is the entry point; see ``report.py``.
 """
 
-from analysis.load import ExperimentNotFound, latest_parent, load_runs
-
 __all__ = ["ExperimentNotFound", "latest_parent", "load_runs"]
+
+
+def __getattr__(name: str):
+    # Loaded on first use: the tracker imports analysis.names in every run, and must not
+    # pull in pandas and MLflow with it.
+    if name in __all__:
+        from analysis import load
+
+        return getattr(load, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

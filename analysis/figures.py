@@ -27,11 +27,11 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from analysis.names import TARGET, levels_of, top_level_of
 from analysis.theory import expected_tokens_per_call, predicted_speedup
 
 FIGSIZE = (7.0, 4.5)
 DPI = 100
-TARGET = "target"
 
 _PREFIX = {"temperature": "T=", "draft_k": "k=", "batch_size": "bs=", "tree": "tree="}
 _STYLES = ["-", "--", ":", "-."]
@@ -43,18 +43,6 @@ class FigureSkipped(Exception):
 
 
 # ----------------------------------------------------------------------------- runs
-
-
-def levels_of(method: str) -> list[str]:
-    """Draft levels of a method string, bottom first: "ngram>small>target" -> [ngram, small]."""
-    parts = [p.strip() for p in str(method).split(">")]
-    return parts[:-1] if len(parts) > 1 else []
-
-
-def top_level_of(method: str) -> str | None:
-    """The draft level right below the target (the one the target verifies), or None for AR."""
-    levels = levels_of(method)
-    return levels[-1] if levels else None
 
 
 def _column(df: pd.DataFrame, *names: str, default=np.nan) -> pd.Series:

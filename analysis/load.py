@@ -14,8 +14,7 @@ import pandas as pd
 from mlflow import MlflowClient
 from mlflow.entities import ViewType
 
-ROLE_TAG = "stagedspec.role"
-PARENT_TAG = "mlflow.parentRunId"
+from analysis.names import PARENT_TAG, ROLE_TAG
 
 
 class ExperimentNotFound(LookupError):

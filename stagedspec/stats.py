@@ -26,7 +26,7 @@ TARGET = "target"
 
 def method_name(level_names: Iterable[str]) -> str:
     """A hierarchy's name: its draft levels, lowest first, then the target, e.g.
-    "ngram>small>target"; plain decoding is "target"."""
+    "ngram>small>target"; plain decoding is "target". (``analysis/names.py`` reads it back.)"""
     return ">".join([*level_names, TARGET])
 
 

@@ -31,14 +31,14 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from analysis.names import PARENT_TAG, ROLE_TAG
+
 from .identity import job_overrides_label, sweep_id
 
 log = logging.getLogger(__name__)
 
-ROLE_TAG = "stagedspec.role"
 HASH_TAG = "stagedspec.config_hash"
 SWEEP_TAG = "stagedspec.sweep_id"
-PARENT_TAG = "mlflow.parentRunId"  # what the MLflow UI nests runs by
 MAX_PARAM_LEN = 6000  # MLflow's limit on a param value
 PARENT_ENV = "STAGEDSPEC_PARENT_RUN_ID"
 PARENT_FILE = "mlflow_parent_run.json"
