@@ -1,19 +1,17 @@
-"""One function per report figure.
+"""One function per report figure, over the shared pieces in ``runs.py`` (selecting runs)
+and ``plotting.py`` (drawing).
 
 Each ``fig_*(runs, path) -> DataFrame`` takes the child runs from ``load.load_runs``,
-writes one PNG of fixed size (7 x 4.5 in at 100 dpi = 700 x 450 px) and returns exactly
-the data it plotted as a tidy DataFrame, one row per run (and per level / position /
-quantity where a run gives several values). Values come straight from the logged metrics,
-so a test can compare them with what the tracker wrote; derived columns (theory, the
-prediction) are named as such. Where several runs land on one point of a line (e.g.
-repeats), the line goes through their mean and each run is drawn as a faint dot.
+writes one PNG of fixed size (700 x 450 px) and returns exactly the data it plotted as a
+tidy DataFrame, one row per run (and per level / position / quantity where a run gives
+several values). Values come straight from the logged metrics, so a test can compare
+them with what the tracker wrote; derived columns (theory, the prediction) are named as
+such. Where several runs land on one point of a line (e.g. repeats), the line goes
+through their mean and each run is drawn as a faint dot.
 
 Notes a reader needs (a restriction to one batch size, an x variable with one value) go
 into ``data.attrs["notes"]``; a figure that cannot be drawn raises ``FigureSkipped``
 with the reason, and the report prints it instead of the figure.
-
-Figures are built on ``matplotlib.figure.Figure`` directly, not pyplot: no backend or
-global state is touched, so this works headless and leaks nothing between calls.
 """
 
 from __future__ import annotations
@@ -24,167 +22,33 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from analysis.names import TARGET, levels_of, top_level_of
+from analysis.names import TARGET, levels_of
+from analysis.plotting import (
+    MARKERS, ar_line, finish, int_values, label, line_figure, lines, new_figure, save, suptitle, varying,
+)
+from analysis.runs import (
+    FigureSkipped, at_reference_batch, best_per_category, column, configs, fmt, metric, single_x_note, speculative,
+)
 from analysis.theory import expected_tokens_per_call, predicted_speedup
 
-FIGSIZE = (7.0, 4.5)
-DPI = 100
-
-_PREFIX = {"temperature": "T=", "draft_k": "k=", "batch_size": "bs=", "tree": "tree="}
-_STYLES = ["-", "--", ":", "-."]
-_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
+DRAFT_K_AXIS = "draft length k of the level below the target (tokens)"
 
 
-class FigureSkipped(Exception):
-    """The runs hold nothing this figure can show; the message says why."""
-
-
-# ----------------------------------------------------------------------------- runs
-
-
-def _column(df: pd.DataFrame, *names: str, default=np.nan) -> pd.Series:
-    for name in names:
-        if name in df.columns:
-            return df[name]
-    return pd.Series(default, index=df.index)
-
-
-def configs(runs: pd.DataFrame) -> pd.DataFrame:
-    """``runs`` plus short config columns: method, draft_k, temperature, batch_size, tree,
-    top_level (the level right below the target, None for AR)."""
-    d = runs.copy()
-    d["method"] = _column(d, "params.method", "tags.stagedspec.method").astype(str)
-    d["draft_k"] = pd.to_numeric(_column(d, "params.draft_k", default=0), errors="coerce").fillna(0)
-    d["temperature"] = pd.to_numeric(_column(d, "params.temperature", "params.sampling.temperature"), errors="coerce")
-    d["batch_size"] = pd.to_numeric(_column(d, "params.batch_size"), errors="coerce")
-    d["tree"] = _column(d, "params.tree", default="chain").astype(str)
-    d["top_level"] = d["method"].map(top_level_of)
-    return d
-
-
-def metric(row: dict, name: str) -> float:
-    value = row.get(f"metrics.{name}", np.nan)
-    return float(value) if value is not None else np.nan
-
-
-def _speculative(runs: pd.DataFrame) -> pd.DataFrame:
-    d = configs(runs)
-    d = d[(d["draft_k"] > 0) & d["top_level"].notna()]
-    if d.empty:
-        raise FigureSkipped("no speculative run in this sweep (AR only)")
-    return d
-
-
-def _at_reference_batch(d: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
-    """Runs at the smallest batch size only: acceptance and speedup change with batch
-    size, and mixing sizes on one line would average unlike things. Batch size has its
-    own figure."""
-    sizes = sorted(d["batch_size"].dropna().unique())
-    if len(sizes) <= 1:
-        return d
-    ref = sizes[0]
-    others = ", ".join(_fmt(s) for s in sizes[1:])
-    notes.append(f"Batch size {_fmt(ref)} only (runs at batch size {others} are in the batch-size figure).")
-    return d[d["batch_size"] == ref]
-
-
-def _single_x_note(data: pd.DataFrame, x: str, what: str, notes: list[str]) -> None:
-    values = data[x].dropna().unique()
-    if len(values) == 1:
-        notes.append(f"Only one {what} ({_fmt(values[0])}) in these runs: drawn as points, no trend to read.")
-
-
-# -------------------------------------------------------------------------- drawing
-
-
-def _fmt(v) -> str:
-    if isinstance(v, (float, np.floating)):
-        return f"{v:g}"
-    return str(v)
-
-
-def _varying(d: pd.DataFrame, cols: list[str], keep: tuple[str, ...] = ()) -> list[str]:
-    """Columns of ``cols`` that take more than one value (or are in ``keep``); a series
-    key made of these labels lines without repeating what every line shares."""
-    keep = ("method", *keep)  # a line without its method is unreadable out of context
-    out = [c for c in cols if c in keep or d[c].nunique(dropna=False) > 1]
-    return out or cols[:1]
-
-
-def _label(cols: list[str], key) -> str:
-    key = key if isinstance(key, tuple) else (key,)
-    return ", ".join(f"{_PREFIX.get(c, '')}{_fmt(v)}" for c, v in zip(cols, key))
-
-
-def _new_figure(ncols: int = 1) -> tuple[Figure, list]:
-    fig = Figure(figsize=FIGSIZE, dpi=DPI, layout="constrained")
-    axes = fig.subplots(1, ncols, squeeze=False)[0]
-    for ax in axes:
-        ax.grid(True, alpha=0.3)
-    return fig, list(axes)
-
-
-def _save(fig: Figure, path) -> None:
-    # No bbox_inches="tight": it would change the pixel size from figure to figure.
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI, format="png")
-
-
-def _legend(fig: Figure, ax, handles=None, title: str | None = None) -> None:
-    handles = handles if handles is not None else ax.get_legend_handles_labels()[0]
-    if not handles:
-        return
-    if len(handles) > 5:  # too many to find a free corner: beside the axes, off the data
-        # "center", not "upper": an upper legend collides with the figure title.
-        fig.legend(handles=handles, loc="outside right center", fontsize=7, title=title, title_fontsize=7)
-    else:
-        ax.legend(handles=handles, loc="best", fontsize=7.5, title=title, title_fontsize=7.5)
-
-
-def _lines(ax, d: pd.DataFrame, x: str, y: str, by: list[str], style_by: str | None = None,
-           colours: dict | None = None, label: bool = True, **kw) -> tuple[dict, list]:
-    """One line per group: colour per ``by`` key, line style per ``style_by`` value. The
-    line goes through the mean of ``y`` at each ``x``; runs sharing a point are dots.
-
-    Returns the colour of each ``by`` key and legend handles: one per colour, then one
-    per line style, so labels stay short instead of naming every combination."""
-    colours = {} if colours is None else colours
-    styles = dict(zip(sorted(d[style_by].unique()), cycle(_STYLES))) if style_by else {}
-    groups = by + ([style_by] if style_by else [])
-    for key, g in d.groupby(groups, sort=True, dropna=False):
-        colour = colours.setdefault(key[: len(by)], f"C{len(colours) % 10}")
-        kwargs = {"marker": "o", "markersize": 4, "ls": styles[key[-1]] if style_by else "-"} | kw
-        mean = g.groupby(x)[y].mean().sort_index()
-        ax.plot(mean.index, mean.values, color=colour, **kwargs)
-        if g.duplicated(x).any():
-            ax.plot(g[x], g[y], ls="none", marker=".", color=colour, alpha=0.35)
-    handles = []
-    if label:
-        handles = [Line2D([], [], color=c, marker="o", markersize=4, label=_label(by, k))
-                   for k, c in colours.items()]
-        handles += [Line2D([], [], color="grey", ls=ls, label=_label([style_by], v)) for v, ls in styles.items()]
-    return colours, handles
-
-
-def _title(fig: Figure, text: str) -> None:
-    # On the figure, not the axes: a legend beside the axes must not squeeze the title.
-    fig.suptitle(text, fontsize=12)
-
-
-def _int_ticks(ax, values) -> None:
-    ax.set_xticks(sorted(int(v) for v in pd.unique(values)))
-
-
-# -------------------------------------------------------------------------- figures
+def _rate_figure(data: pd.DataFrame, x: str, series: list[str], keep: tuple[str, ...], path, notes,
+                 **text: str) -> pd.DataFrame:
+    """Rates in [0, 1] against an integer x, one line per series, a line style per
+    temperature when there are several."""
+    style = "temperature" if data["temperature"].nunique() > 1 else None
+    return line_figure(data, x, "value", varying(data, series, keep=keep), path, notes,
+                       xticks=int_values(data[x]), style_by=style, ylim=(0, 1.02), **text)
 
 
 def fig_acceptance_vs_k(runs: pd.DataFrame, path) -> pd.DataFrame:
     """(a) Acceptance rate of each draft level vs the draft length k of the top level."""
     notes: list[str] = []
-    d = _at_reference_batch(_speculative(runs), notes)
+    d = at_reference_batch(speculative(runs), notes)
     rows = []
     for r in d.to_dict("records"):
         for level in levels_of(r["method"]):
@@ -199,24 +63,22 @@ def fig_acceptance_vs_k(runs: pd.DataFrame, path) -> pd.DataFrame:
     if data.empty or data["value"].isna().all():
         raise FigureSkipped("no speculative run logged acceptance_rate metrics")
     data = data.dropna(subset=["value"]).reset_index(drop=True)
-    _single_x_note(data, "draft_k", "draft length", notes)
-
-    return _rate_lines(data, "draft_k", ["method", "level"], ("level",), path, notes,
-                       "draft length k of the level below the target (tokens)",
-                       "acceptance rate (accepted / drafted)",
-                       "Acceptance rate of each draft level vs draft length")
+    single_x_note(data, "draft_k", "draft length", notes)
+    return _rate_figure(data, "draft_k", ["method", "level"], ("level",), path, notes,
+                        xlabel=DRAFT_K_AXIS, ylabel="acceptance rate (accepted / drafted)",
+                        title="Acceptance rate of each draft level vs draft length")
 
 
 def fig_tokens_per_call_vs_k(runs: pd.DataFrame, path) -> pd.DataFrame:
     """(b) Mean tokens emitted per target call vs k, with the i.i.d. theory (dashed)
     (1 - a^(k+1)) / (1 - a) evaluated at each run's measured acceptance a."""
     notes: list[str] = []
-    d = _at_reference_batch(_speculative(runs), notes)
+    d = at_reference_batch(speculative(runs), notes)
     data = pd.DataFrame({
         "run_id": d["run_id"], "method": d["method"], "draft_k": d["draft_k"],
         "temperature": d["temperature"], "batch_size": d["batch_size"], "tree": d["tree"],
-        "acceptance_rate": _column(d, "metrics.acceptance_rate"),
-        "mean_accepted_tokens_per_call": _column(d, "metrics.mean_accepted_tokens_per_call"),
+        "acceptance_rate": column(d, "metrics.acceptance_rate"),
+        "mean_accepted_tokens_per_call": column(d, "metrics.mean_accepted_tokens_per_call"),
     }).dropna(subset=["acceptance_rate", "mean_accepted_tokens_per_call"])
     if data.empty:
         raise FigureSkipped("no speculative run logged both acceptance_rate and mean_accepted_tokens_per_call")
@@ -225,30 +87,25 @@ def fig_tokens_per_call_vs_k(runs: pd.DataFrame, path) -> pd.DataFrame:
     data = data.reset_index(drop=True)
     if (data["tree"] != "chain").any():
         notes.append("The theory assumes a chain of drafts; tree runs are plotted against it all the same.")
-    _single_x_note(data, "draft_k", "draft length", notes)
+    single_x_note(data, "draft_k", "draft length", notes)
+    by = varying(data, ["method", "temperature"])
 
-    fig, (ax,) = _new_figure()
-    by = _varying(data, ["method", "temperature"])
-    colours, handles = _lines(ax, data, "draft_k", "mean_accepted_tokens_per_call", by)
-    _lines(ax, data, "draft_k", "theoretical_tokens_per_call", by, colours=colours,
-           label=False, ls="--", marker="x", alpha=0.8)
-    _int_ticks(ax, data["draft_k"])
-    ax.set_xlabel("draft length k of the level below the target (tokens)")
-    ax.set_ylabel("tokens emitted per target call")
-    _title(fig, "Tokens per target call: measured (solid) vs i.i.d. theory (dashed)")
-    handles += [
-        Line2D([], [], color="grey", ls="--", marker="x", label="theory (1-α^(k+1))/(1-α)")]
-    _legend(fig, ax, handles)
-    _save(fig, path)
-    data.attrs["notes"] = notes
-    return data
+    def theory(ax, colours: dict) -> list:
+        lines(ax, data, "draft_k", "theoretical_tokens_per_call", by, colours=colours,
+              labelled=False, ls="--", marker="x", alpha=0.8)
+        return [Line2D([], [], color="grey", ls="--", marker="x", label="theory (1-α^(k+1))/(1-α)")]
+
+    return line_figure(data, "draft_k", "mean_accepted_tokens_per_call", by, path, notes,
+                       xticks=int_values(data["draft_k"]), more=theory, xlabel=DRAFT_K_AXIS,
+                       ylabel="tokens emitted per target call",
+                       title="Tokens per target call: measured (solid) vs i.i.d. theory (dashed)")
 
 
 def fig_speedup_vs_predicted(runs: pd.DataFrame, path) -> pd.DataFrame:
     """(c) Measured speedup vs the prediction (1 - a^(k+1)) / ((1 - a)(k c + 1)), with a
     the measured acceptance and c the measured cost ratio of the level below the target."""
     notes: list[str] = []
-    d = _speculative(runs)
+    d = speculative(runs)
     rows = []
     for r in d.to_dict("records"):
         rows.append({"run_id": r["run_id"], "method": r["method"], "top_level": r["top_level"],
@@ -266,29 +123,25 @@ def fig_speedup_vs_predicted(runs: pd.DataFrame, path) -> pd.DataFrame:
         data["acceptance_rate"].to_numpy(), data["draft_k"].to_numpy(), data["cost_ratio"].to_numpy())
     notes.append("All batch sizes; the prediction ignores batching, so large batches fall below y = x.")
 
-    fig, (ax,) = _new_figure()
-    by = _varying(data, ["method", "batch_size"])
-    for (key, g), marker in zip(data.groupby(by, sort=True), cycle(_MARKERS)):
-        ax.scatter(g["predicted_speedup"], g["speedup"], marker=marker, s=30, label=_label(by, key))
+    fig, (ax,) = new_figure()
+    by = varying(data, ["method", "batch_size"])
+    for (key, g), marker in zip(data.groupby(by, sort=True), cycle(MARKERS)):
+        ax.scatter(g["predicted_speedup"], g["speedup"], marker=marker, s=30, label=label(by, key))
     lo = min(data["predicted_speedup"].min(), data["speedup"].min(), 1.0)
     hi = max(data["predicted_speedup"].max(), data["speedup"].max())
     pad = 0.05 * (hi - lo or 1.0)
     ax.plot([lo - pad, hi + pad], [lo - pad, hi + pad], ls="--", color="grey", lw=1, label="y = x")
-    ax.set_xlabel("predicted speedup over AR (×)")
-    ax.set_ylabel("measured speedup over AR (×)")
     ratio = float(np.median(data["speedup"] / data["predicted_speedup"]))
-    _title(fig, f"Measured speedup is {ratio:.0%} of the prediction (median over runs)")
-    _legend(fig, ax)
-    _save(fig, path)
-    data.attrs["notes"] = notes
-    return data
+    return finish(fig, ax, data, notes, path, xlabel="predicted speedup over AR (×)",
+                  ylabel="measured speedup over AR (×)",
+                  title=f"Measured speedup is {ratio:.0%} of the prediction (median over runs)")
 
 
 def fig_wasted_vs_k(runs: pd.DataFrame, path) -> pd.DataFrame:
     """(d) Discarded compute vs k: share of the top level's drafts thrown away, and share
     of target-scored positions thrown away."""
     notes: list[str] = []
-    d = _at_reference_batch(_speculative(runs), notes)
+    d = at_reference_batch(speculative(runs), notes)
     rows = []
     for r in d.to_dict("records"):
         for wasted, name in (("draft (level below target)", f"wasted_draft_fraction/{r['top_level']}"),
@@ -300,63 +153,42 @@ def fig_wasted_vs_k(runs: pd.DataFrame, path) -> pd.DataFrame:
     if data.empty or data["value"].isna().all():
         raise FigureSkipped("no speculative run logged wasted_draft_fraction/<level> or wasted_target_fraction")
     data = data.dropna(subset=["value"]).reset_index(drop=True)
-    _single_x_note(data, "draft_k", "draft length", notes)
-
-    fig, (ax,) = _new_figure()
-    _, handles = _lines(ax, data, "draft_k", "value", _varying(data, ["method", "temperature"]), style_by="wasted")
-    _int_ticks(ax, data["draft_k"])
-    ax.set_xlabel("draft length k of the level below the target (tokens)")
-    ax.set_ylabel("fraction of compute discarded")
-    ax.set_ylim(0, 1.02)
-    _title(fig, "Discarded draft tokens and target positions vs draft length")
-    _legend(fig, ax, handles)
-    _save(fig, path)
-    data.attrs["notes"] = notes
-    return data
+    single_x_note(data, "draft_k", "draft length", notes)
+    return line_figure(data, "draft_k", "value", varying(data, ["method", "temperature"]), path, notes,
+                       xticks=int_values(data["draft_k"]), style_by="wasted", ylim=(0, 1.02),
+                       xlabel=DRAFT_K_AXIS, ylabel="fraction of compute discarded",
+                       title="Discarded draft tokens and target positions vs draft length")
 
 
 def _speedup_table(d: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({
         "run_id": d["run_id"], "method": d["method"], "draft_k": d["draft_k"],
         "temperature": d["temperature"], "batch_size": d["batch_size"], "tree": d["tree"],
-        "speedup": _column(d, "metrics.speedup"),
-        "tokens_per_s": _column(d, "metrics.tokens_per_s"),
-        "ar_tokens_per_s": _column(d, "metrics.ar_tokens_per_s"),
+        "speedup": column(d, "metrics.speedup"),
+        "tokens_per_s": column(d, "metrics.tokens_per_s"),
+        "ar_tokens_per_s": column(d, "metrics.ar_tokens_per_s"),
     }).dropna(subset=["speedup"]).reset_index(drop=True)
-
-
-def _ar_line(ax):
-    return ax.axhline(1.0, color="black", lw=1, ls=":", label="AR (1×)")
 
 
 def fig_speedup_vs_temperature(runs: pd.DataFrame, path) -> pd.DataFrame:
     """(e) Speedup over AR vs sampling temperature, one line per method and k."""
     notes: list[str] = []
-    data = _speedup_table(_at_reference_batch(_speculative(runs), notes))
+    data = _speedup_table(at_reference_batch(speculative(runs), notes))
     if data.empty:
         raise FigureSkipped("no speculative run logged speedup")
     data = data.drop(columns=["tokens_per_s", "ar_tokens_per_s"])
-    _single_x_note(data, "temperature", "temperature", notes)
-
-    fig, (ax,) = _new_figure()
-    by = _varying(data, ["method", "draft_k", "tree"], keep=("draft_k",))
-    _, handles = _lines(ax, data, "temperature", "speedup", by)
-    handles.append(_ar_line(ax))
-    ax.set_xticks(sorted(data["temperature"].unique()))
-    ax.set_xlabel("sampling temperature T (0 = greedy)")
-    ax.set_ylabel("speedup over AR (×)")
-    _title(fig, "Speedup over AR vs sampling temperature")
-    _legend(fig, ax, handles)
-    _save(fig, path)
-    data.attrs["notes"] = notes
-    return data
+    single_x_note(data, "temperature", "temperature", notes)
+    return line_figure(data, "temperature", "speedup", varying(data, ["method", "draft_k", "tree"], keep=("draft_k",)),
+                       path, notes, xticks=sorted(data["temperature"].unique()),
+                       more=lambda ax, colours: [ar_line(ax)], xlabel="sampling temperature T (0 = greedy)",
+                       ylabel="speedup over AR (×)", title="Speedup over AR vs sampling temperature")
 
 
 def fig_speedup_vs_batch_size(runs: pd.DataFrame, path) -> pd.DataFrame:
     """(f) Speedup vs batch size (left) and tokens/s, speculative vs AR (right), for each
     method and temperature at its best draft config (highest mean speedup over sizes)."""
     notes: list[str] = []
-    all_runs = _speedup_table(_speculative(runs))
+    all_runs = _speedup_table(speculative(runs))
     if all_runs.empty:
         raise FigureSkipped("no speculative run logged speedup")
     # One line per (method, T): with every k as well the panels become unreadable; the
@@ -366,19 +198,19 @@ def fig_speedup_vs_batch_size(runs: pd.DataFrame, path) -> pd.DataFrame:
     data = all_runs.merge(best[["method", "temperature", "draft_k", "tree"]], how="inner")
     data = data.sort_values(["method", "temperature", "batch_size"]).reset_index(drop=True)
     notes.append("Per method and temperature, the draft config with the highest mean speedup over batch sizes.")
-    _single_x_note(data, "batch_size", "batch size", notes)
+    single_x_note(data, "batch_size", "batch size", notes)
 
-    fig, (left, right) = _new_figure(ncols=2)
-    by = _varying(data, ["method", "temperature"], keep=("temperature",)) + ["draft_k"]
+    fig, (left, right) = new_figure(ncols=2)
+    by = varying(data, ["method", "temperature"], keep=("temperature",)) + ["draft_k"]
     if data["tree"].nunique() > 1:
         by.append("tree")
-    colours, handles = _lines(left, data, "batch_size", "speedup", by)
-    handles.append(_ar_line(left))
+    colours, handles = lines(left, data, "batch_size", "speedup", by)
+    handles.append(ar_line(left))
     has_tps = data[["tokens_per_s", "ar_tokens_per_s"]].notna().all(axis=1)
     if has_tps.any():
         tps = data[has_tps]
-        _lines(right, tps, "batch_size", "tokens_per_s", by, colours=colours, label=False)
-        _lines(right, tps, "batch_size", "ar_tokens_per_s", by, colours=colours, label=False, ls="--", marker="x")
+        lines(right, tps, "batch_size", "tokens_per_s", by, colours=colours, labelled=False)
+        lines(right, tps, "batch_size", "ar_tokens_per_s", by, colours=colours, labelled=False, ls="--", marker="x")
         right.legend(handles=[Line2D([], [], color="grey", marker="o", label="speculative"),
                               Line2D([], [], color="grey", ls="--", marker="x", label="AR, same job")],
                      fontsize=8)
@@ -388,23 +220,21 @@ def fig_speedup_vs_batch_size(runs: pd.DataFrame, path) -> pd.DataFrame:
     for ax in (left, right):
         if len(sizes) > 1 and sizes[-1] / sizes[0] >= 8:
             ax.set_xscale("log", base=2)
-        ax.set_xticks(sizes, [_fmt(s) for s in sizes])
+        ax.set_xticks(sizes, [fmt(s) for s in sizes])
         ax.set_xlabel("batch size (sequences)")
     left.set_ylabel("speedup over AR (×)")
     right.set_ylabel("throughput (tokens/s)")
     left.set_title("Speedup", fontsize=10)
     right.set_title("Throughput", fontsize=10)
-    _title(fig, "Speedup and throughput vs batch size (best draft config per line)")
+    suptitle(fig, "Speedup and throughput vs batch size (best draft config per line)")
     fig.legend(handles=handles, loc="outside lower center", ncol=min(3, len(handles)), fontsize=7)
-    _save(fig, path)
-    data.attrs["notes"] = notes
-    return data
+    return save(fig, path, data, notes)
 
 
 def fig_position_acceptance(runs: pd.DataFrame, path) -> pd.DataFrame:
     """(g) Acceptance at each draft position i = 1..k, one line per k."""
     notes: list[str] = []
-    d = _at_reference_batch(_speculative(runs), notes)
+    d = at_reference_batch(speculative(runs), notes)
     prefix = "metrics.position_acceptance/"
     cols = [c for c in d.columns if c.startswith(prefix)]
     rows = []
@@ -419,47 +249,10 @@ def fig_position_acceptance(runs: pd.DataFrame, path) -> pd.DataFrame:
     if data.empty:
         raise FigureSkipped("no speculative run logged position_acceptance/<i>")
     data = data.sort_values(["method", "draft_k", "temperature", "position"]).reset_index(drop=True)
-    _single_x_note(data, "position", "draft position", notes)
-
-    return _rate_lines(data, "position", ["method", "draft_k"], ("draft_k",), path, notes,
-                       "draft position i (1 = first drafted token)", "acceptance at position i",
-                       "Acceptance at each draft position")
-
-
-def _rate_lines(data: pd.DataFrame, x: str, series: list[str], keep: tuple[str, ...], path, notes,
-                xlabel: str, ylabel: str, title: str) -> pd.DataFrame:
-    """A figure of rates in [0, 1] against an integer x, one line per series, dashed
-    lines per temperature when several."""
-    fig, (ax,) = _new_figure()
-    style = "temperature" if data["temperature"].nunique() > 1 else None
-    _, handles = _lines(ax, data, x, "value", _varying(data, series, keep=keep), style)
-    _int_ticks(ax, data[x])
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_ylim(0, 1.02)
-    _title(fig, title)
-    _legend(fig, ax, handles)
-    _save(fig, path)
-    data.attrs["notes"] = notes
-    return data
-
-
-def best_per_category(runs: pd.DataFrame, overall: bool = False) -> pd.DataFrame:
-    """Per Spec-Bench category (``speedup/<category>``), the run with the highest speedup,
-    over every run and batch size; with ``overall`` a first row "all" for ``speedup``."""
-    d = configs(runs)
-    names = sorted(c[len("metrics.speedup/"):] for c in d.columns if c.startswith("metrics.speedup/"))
-    pairs = ([("all", "speedup")] if overall else []) + [(n, f"speedup/{n}") for n in names]
-    rows = []
-    for category, name in pairs:
-        col = f"metrics.{name}"
-        if col not in d.columns or d[col].isna().all():
-            continue
-        r = d.loc[d[col].idxmax()]
-        rows.append({"category": category, "metric": name, "value": float(r[col]),
-                     "run_id": r["run_id"], "method": r["method"], "draft_k": r["draft_k"],
-                     "temperature": r["temperature"], "batch_size": r["batch_size"], "tree": r["tree"]})
-    return pd.DataFrame(rows)
+    single_x_note(data, "position", "draft position", notes)
+    return _rate_figure(data, "position", ["method", "draft_k"], ("draft_k",), path, notes,
+                        xlabel="draft position i (1 = first drafted token)", ylabel="acceptance at position i",
+                        title="Acceptance at each draft position")
 
 
 def fig_category_speedup(runs: pd.DataFrame, path) -> pd.DataFrame:
@@ -468,44 +261,39 @@ def fig_category_speedup(runs: pd.DataFrame, path) -> pd.DataFrame:
     data = best_per_category(runs)
     if data.empty:
         raise FigureSkipped("no run logged speedup/<category> metrics")
-    _single_x_note(data, "category", "category", notes)
+    single_x_note(data, "category", "category", notes)
 
-    fig, (ax,) = _new_figure()
+    fig, (ax,) = new_figure()
     x = np.arange(len(data))
     bars = ax.bar(x, data["value"], color="C0", width=0.6, label="best run")
     several_methods = data["method"].nunique() > 1
     for bar, r in zip(bars, data.to_dict("records")):
-        text = f"k={_fmt(r['draft_k'])} T={_fmt(r['temperature'])}\nbs={_fmt(r['batch_size'])}"
+        text = f"k={fmt(r['draft_k'])} T={fmt(r['temperature'])}\nbs={fmt(r['batch_size'])}"
         if several_methods:
             text = f"{r['method']}\n{text}"
         ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), xytext=(0, 2),
                     textcoords="offset points", ha="center", va="bottom", fontsize=7)
-    _ar_line(ax)
+    ar_line(ax)
     ax.set_xticks(x, data["category"], rotation=30 if len(data) > 6 else 0, ha="right" if len(data) > 6 else "center")
-    ax.set_ylim(0, data["value"].max() * 1.25)
-    ax.set_xlabel("Spec-Bench category")
-    ax.set_ylabel("speedup over AR (×)")
-    top = data.loc[data["value"].idxmax()]
-    _title(fig, f"Best speedup per category (highest: {top['category']}, {top['value']:.2f}×)")
     ax.grid(False, axis="x")
-    _legend(fig, ax)
-    _save(fig, path)
-    data.attrs["notes"] = notes
-    return data
+    top = data.loc[data["value"].idxmax()]
+    return finish(fig, ax, data, notes, path, xlabel="Spec-Bench category", ylabel="speedup over AR (×)",
+                  title=f"Best speedup per category (highest: {top['category']}, {top['value']:.2f}×)",
+                  ylim=(0, data["value"].max() * 1.25))
 
 
 def fig_provenance(runs: pd.DataFrame, path) -> pd.DataFrame:
     """(i) Share of emitted tokens proposed by each level (target = its own tokens),
     one stacked bar per run configuration."""
     notes: list[str] = []
-    d = _at_reference_batch(configs(runs), notes)
+    d = at_reference_batch(configs(runs), notes)
     prefix = "metrics.provenance/"
     rows = []
     for r in d.sort_values(["method", "draft_k", "temperature"]).to_dict("records"):
         order = levels_of(r["method"]) + [TARGET]
         extra = sorted(c[len(prefix):] for c in r if c.startswith(prefix) and c[len(prefix):] not in order)
-        config = (f"{r['method']}  k={_fmt(r['draft_k'])} T={_fmt(r['temperature'])}"
-                  if pd.notna(r["top_level"]) else f"{r['method']} (AR)  T={_fmt(r['temperature'])}")
+        config = (f"{r['method']}  k={fmt(r['draft_k'])} T={fmt(r['temperature'])}"
+                  if pd.notna(r["top_level"]) else f"{r['method']} (AR)  T={fmt(r['temperature'])}")
         for level in order + extra:
             value = metric(r, f"provenance/{level}")
             if not np.isnan(value):
@@ -517,7 +305,7 @@ def fig_provenance(runs: pd.DataFrame, path) -> pd.DataFrame:
     if data.empty:
         raise FigureSkipped("no run logged provenance/<level> metrics")
 
-    fig, (ax,) = _new_figure()
+    fig, (ax,) = new_figure()
     # Colours follow the hierarchy, bottom level first, target last, the same in every bar.
     level_order = list(dict.fromkeys(
         [lv for m in data["method"].unique() for lv in levels_of(m)] + list(data["level"].unique())))
@@ -540,12 +328,10 @@ def fig_provenance(runs: pd.DataFrame, path) -> pd.DataFrame:
     ax.set_xlim(0, max(1.0, left.max()))
     ax.set_xlabel("share of emitted tokens proposed by each level (fraction)")
     ax.set_ylabel("run configuration")
-    _title(fig, "Who proposed the emitted tokens")
+    suptitle(fig, "Who proposed the emitted tokens")
     ax.grid(False, axis="y")
     fig.legend(loc="outside right center", fontsize=8, title="proposed by", title_fontsize=8)
-    _save(fig, path)
-    data.attrs["notes"] = notes
-    return data
+    return save(fig, path, data, notes)
 
 
 FigureFn = Callable[[pd.DataFrame, str | Path], pd.DataFrame]

@@ -17,8 +17,9 @@ from pathlib import Path
 import pandas as pd
 from mlflow import MlflowClient
 
-from analysis.figures import FIGURES, FigureSkipped, best_per_category, configs, metric
+from analysis.figures import FIGURES, FigureSkipped
 from analysis.load import latest_parent, load_runs
+from analysis.runs import best_per_category, configs, metric
 
 log = logging.getLogger(__name__)
 
