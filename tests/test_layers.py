@@ -1,0 +1,102 @@
+"""The layer rules, read from the source: the library imports neither Hydra, omegaconf nor
+MLflow (only stagedspec/app/ does), and analysis/ never imports the decoding engine.
+
+Every import statement counts, function-local ones included: a lazy ``import mlflow``
+inside a library function still ties the library to MLflow.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ADAPTERS = ROOT / "stagedspec" / "app"
+ENTRY_SHIMS = {ROOT / "stagedspec" / "run.py", ROOT / "stagedspec" / "generate.py"}
+"""``python -m stagedspec.run`` / ``generate``: they import ``main`` from stagedspec.app."""
+
+ADAPTER_ONLY = ("hydra", "omegaconf", "mlflow")
+ENGINE = tuple(f"stagedspec.{m}" for m in (
+    "kvmodel", "decoding", "drafters", "verification", "sampling", "models", "tree", "hierarchy", "ngram_lm",
+    "evaluation",
+)) + ("torch", "transformers")
+ANALYSIS_MAY_IMPORT = ("stagedspec.stats",)
+"""The one library module analysis/ may read (the metric definitions), while it stays
+standard-library only (``test_shared_modules_stay_standard_library_only``)."""
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> set[str]:
+    """Every module ``path`` imports, anywhere in the file, as absolute dotted names
+    (``from a import b`` counts as ``a`` and ``a.b``: b may be a submodule)."""
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1])
+                module = f"{base}.{node.module}" if node.module else base
+            else:
+                module = node.module
+            out.add(module)
+            out.update(f"{module}.{alias.name}" for alias in node.names)
+    return out
+
+
+def under(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def check(files: list[Path], bad) -> None:
+    found = [f"{f.relative_to(ROOT)} imports {m}" for f in files for m in sorted(imports(f)) if bad(m)]
+    assert not found, "\n".join(found)
+
+
+def library_files() -> list[Path]:
+    files = sorted(p for p in (ROOT / "stagedspec").rglob("*.py") if ADAPTERS not in p.parents)
+    assert ROOT / "stagedspec" / "text.py" in files and ROOT / "stagedspec" / "decoding.py" in files
+    return files
+
+
+def analysis_files() -> list[Path]:
+    files = sorted((ROOT / "analysis").rglob("*.py"))
+    assert ROOT / "analysis" / "figures.py" in files
+    return files
+
+
+def test_library_imports_neither_hydra_omegaconf_nor_mlflow():
+    check(library_files(), lambda m: under(m, ADAPTER_ONLY))
+
+
+def test_library_does_not_import_the_adapters():
+    """Only the two entry shims reach into stagedspec/app/ (for its ``main``); nothing in
+    the library reads the report's package either."""
+    files = [f for f in library_files() if f not in ENTRY_SHIMS]
+    check(files, lambda m: under(m, ("stagedspec.app", "analysis")))
+    for shim in ENTRY_SHIMS:
+        assert imports(shim) <= {"stagedspec.app.run", "stagedspec.app.run.main", "stagedspec.app.generate",
+                                 "stagedspec.app.generate.main"}, shim
+
+
+def test_analysis_does_not_import_the_engine():
+    def bad(m: str) -> bool:
+        return under(m, ENGINE) or (under(m, ("stagedspec",)) and not under(m, ANALYSIS_MAY_IMPORT))
+
+    check(analysis_files(), bad)
+
+
+@pytest.mark.parametrize("path", ["stagedspec/stats.py", "analysis/names.py"])
+def test_shared_modules_stay_standard_library_only(path):
+    """stats.py may be read by analysis/, names.py is read by the tracker and the report:
+    neither may pull in torch, pandas or anything else outside the standard library."""
+    top = {m.split(".")[0] for m in imports(ROOT / path)}
+    assert top <= set(sys.stdlib_module_names) | {"__future__"}, top - set(sys.stdlib_module_names)
