@@ -4,7 +4,7 @@ Where a Hydra config, the decoding library and the tracker meet. One job:
 
 1. translate the whole config into a checked ``JobPlan``, reading the questions
    (``plan.validate_cfg``): nothing is loaded before every cheap check has passed, and
-   below this function only the plan travels;
+   below ``execute`` only the plan travels;
 2. skip the job if MLflow already holds a FINISHED run with the same config hash;
 3. load the models (once per process: a multirun's later jobs reuse them), build the
    draft hierarchy (this checks each drafter's tokenizer against the target's);
