@@ -13,11 +13,12 @@ from typing import Sequence
 import torch
 
 from .drafters.base import Drafter
+from .kernels import HF_PLAN, KernelPlan
 from .kvmodel import KVModel
 from .sampling import SamplingConfig, probabilities
 from .stats import TARGET, GenerationResult, PhaseTimes, RoundStats, SequenceResult, method_name
 from .tree import DraftTree
-from .verification import verify_tree
+from .verification import verify_tree, verify_tree_greedy
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +31,12 @@ class SpeculativeDecoder:
         sampling: SamplingConfig = SamplingConfig(),
         eos_token_ids: Sequence[int] = (),
         context_length: int | None = None,
+        plan: KernelPlan = HF_PLAN,
     ) -> None:
-        self.kv = KVModel(target, name=TARGET)
+        """``plan``: the kernel path of every model forward, target and draft levels alike
+        (``kernels.py``); the default is Hugging Face's own, bit for bit."""
+        self.plan = plan
+        self.kv = KVModel(target, name=TARGET, plan=plan)
         self.drafter = drafter
         self.sampling = sampling
         self.eos = {int(t) for t in eos_token_ids}
@@ -85,7 +90,7 @@ class SpeculativeDecoder:
         t_start = time.perf_counter()
         self.kv.reset(B)
         if self.drafter is not None:
-            self.drafter.setup(self.sampling, gen)
+            self.drafter.setup(self.sampling, gen, self.plan)
             self.drafter.reset(B)
         # prefill: cache all but each prompt's last token, which is the first round's root
         self.kv.extend_chain(self.kv.sync([c[:-1] for c in contexts]), want_last=False)
@@ -106,9 +111,12 @@ class SpeculativeDecoder:
             calls = {lv.name: after[lv.name][1] - before[lv.name][1] for lv in self.levels}
             accepted, keep = [], []
             n_max = max(widths)
+            greedy = self.sampling.greedy
             for row, (i, tree) in enumerate(zip(active, trees)):
-                p = probabilities(logits[row], self.sampling)
-                path, tok = verify_tree(tree, p, gen)
+                if greedy:
+                    path, tok = verify_tree_greedy(tree, logits[row].argmax(-1).tolist())
+                else:
+                    path, tok = verify_tree(tree, probabilities(logits[row], self.sampling), gen)
                 accepted.append(len(path))
                 new = [tree.tokens[j] for j in path] + [tok]
                 origin = [tree.origin[j] for j in path] + [TARGET]

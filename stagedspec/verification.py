@@ -79,6 +79,25 @@ def verify_tree(
         node = chosen
 
 
+def verify_tree_greedy(tree: DraftTree, argmax: list[int]) -> tuple[list[int], int]:
+    """``verify_tree`` at temperature 0, from the target's argmax at the root and at each
+    node (``argmax[0]`` at the root, ``argmax[i + 1]`` at node i).
+
+    With p a point mass on the argmax, a child is accepted with probability p(x) / 1,
+    i.e. exactly when it is the argmax, and the emitted token is the argmax; so this walk
+    is the same rule without building one-hot distributions over the vocabulary."""
+    path: list[int] = []
+    node = -1
+    children = _children(tree)
+    while True:
+        want = argmax[node + 1]
+        chosen = next((c for c in children.get(node, []) if tree.tokens[c] == want), None)
+        if chosen is None:
+            return path, want
+        path.append(chosen)
+        node = chosen
+
+
 def _children(tree: DraftTree) -> dict[int, list[int]]:
     out: dict[int, list[int]] = {}
     for i, par in enumerate(tree.parents):

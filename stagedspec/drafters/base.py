@@ -16,6 +16,7 @@ from typing import Callable
 
 import torch
 
+from ..kernels import HF_PLAN, KernelPlan
 from ..sampling import SamplingConfig
 from ..tree import DraftTree, DynamicShape, StaticShape, TreeShapeT, chain
 
@@ -29,12 +30,13 @@ class Drafter(ABC):
     tree: TreeShapeT = None
     lower: "Drafter | None" = None
 
-    def setup(self, sampling: SamplingConfig, generator: torch.Generator | None) -> None:
-        """Called by the level above before decoding: the sampling rule applies to q too."""
+    def setup(self, sampling: SamplingConfig, generator: torch.Generator | None, plan: KernelPlan = HF_PLAN) -> None:
+        """Called by the level above before decoding: the sampling rule applies to q too,
+        and model levels run their forwards through the same kernel plan as the target."""
         self.sampling = sampling
         self.generator = generator
         if self.lower is not None:
-            self.lower.setup(sampling, generator)
+            self.lower.setup(sampling, generator, plan)
 
     def reset(self, batch_size: int) -> None:
         if self.lower is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from ..kernels import HF_PLAN
 from ..kvmodel import KVModel
 from ..sampling import probabilities
 from ..tree import DraftTree, TreeShapeT
@@ -31,6 +32,10 @@ class ModelDrafter(Drafter):
         self.kv = KVModel(model, name=name)
         self.k, self.lower, self.tree, self.name = k, lower, tree, name
         self.vocab_size = self.kv.vocab_size
+
+    def setup(self, sampling, generator, plan=HF_PLAN) -> None:
+        self.kv.set_plan(plan)
+        super().setup(sampling, generator, plan)
 
     def reset(self, batch_size: int) -> None:
         self.kv.reset(batch_size)

@@ -1,0 +1,87 @@
+"""Benchmark: the verification cost curve T(n)/T(1) of the embedded target for each
+kernel path, measured through the engine's own cache (``KVModel``), interleaved.
+
+    python experiments/bench_kernels.py --repeats 5 --json kernels.json
+
+For n = 1, 2, 3, 4, 6, 8, 12, 16 new tokens (a chain continuing a cached context of
+``--context`` tokens) it times one cached forward + LM head at every n for every plan
+in turn, repeated; medians over the repeats. Plans: Hugging Face's own path (``hf``:
+``F.linear``, HF's SDPA, ``DynamicCache``), the calibrated fast plan, and single-path
+plans (every row count through one GEMM path) to show what each path does alone. The
+goal of the cheap-verification issue: T(4) <= 1.15 T_hf(1) and T(8) <= 1.4 T_hf(1),
+where T_hf(1) is the plain one-token step through Hugging Face's path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+from stagedspec.kernels import HF_PLAN, KernelPlan, available_paths, calibrate
+from stagedspec.kvmodel import KVModel
+from stagedspec.models import ModelSpec, load_model
+
+NS = (1, 2, 3, 4, 6, 8, 12, 16)
+
+
+def time_forward(kv: KVModel, context: list[int], n: int) -> float:
+    """Seconds of one forward of n chain tokens after ``context`` (cached beforehand)."""
+    (tail,) = kv.sync([context], min_tail=1)
+    chain = tail + [(context[-1] + 17 * i) % kv.vocab_size for i in range(1, n)]
+    t0 = time.perf_counter()
+    kv.extend([chain], [[-1] + list(range(len(chain) - 1))], [list(range(len(tail) - 1, len(chain)))])
+    dt = time.perf_counter() - t0
+    kv.sync([context])  # drop the pending nodes: the next forward starts from the same cache
+    return dt
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--context", type=int, default=300)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--single-paths", action="store_true", help="also time one-path plans")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    target = load_model(ModelSpec(source="embedded"))
+    fast, cal = calibrate(target.model)
+    plans = {"hf": HF_PLAN, "fast": fast}
+    if args.single_paths:
+        for path in available_paths(torch.float32, torch.device("cpu")):
+            plans[f"all-{path}"] = KernelPlan(name=path, linear=(path,) * max(NS), gqa_packing=True, slot_cache=True)
+    g = torch.Generator().manual_seed(0)
+    context = torch.randint(0, target.vocab_size, (args.context,), generator=g).tolist()
+    kvs = {}
+    for name, plan in plans.items():
+        kv = KVModel(target.model, plan=plan)
+        kv.reset(1)
+        kv.extend_chain(kv.sync([context[:-1]]), want_last=False)
+        for n in NS:  # warm-up (packs weights on first use)
+            time_forward(kv, context, n)
+        kvs[name] = kv
+    times: dict[str, dict[int, list[float]]] = {name: {n: [] for n in NS} for name in plans}
+    for _ in range(args.repeats):
+        for n in NS:
+            for name, kv in kvs.items():  # interleaved: plans share the machine's state
+                times[name][n].append(time_forward(kv, context, n))
+    med = {name: {n: 1000 * statistics.median(ts) for n, ts in per.items()} for name, per in times.items()}
+    hf1 = med["hf"][1]
+    print(f"context {args.context}, {args.threads} threads, medians of {args.repeats}; fast plan: {fast.describe()}")
+    print(f"{'plan':14s} " + " ".join(f"{'T(' + str(n) + ')':>8s}" for n in NS) + "   T(n)/T_hf(1)")
+    for name, row in med.items():
+        print(f"{name:14s} " + " ".join(f"{row[n]:8.1f}" for n in NS) + "   "
+              + " ".join(f"{row[n] / hf1:.2f}" for n in NS))
+    fast_row = med["fast"]
+    print(f"goal T(4) <= 1.15 T_hf(1): {fast_row[4] / hf1:.2f};  T(8) <= 1.4 T_hf(1): {fast_row[8] / hf1:.2f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"medians_ms": med, "plan": fast.describe(), "calibration_ms": cal.times_ms}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,339 @@
+"""How a model's forward is computed: the GEMM path for each number of rows, attention
+without grouped-query copies, and a KV cache that grows in place.
+
+Why this exists. Speculation pays only when scoring a few positions costs about as much
+as scoring one. On a CPU the forward of a small LM is memory-bound, so in principle it
+does; but ``nn.Linear`` (``x @ W.T`` through MKL's sgemm) takes a slower path from about
+4 rows on, and Hugging Face's SDPA attention copies the whole KV cache ``num_heads /
+num_kv_heads`` times per layer (``repeat_kv``) whenever more than one query row comes
+with a mask, i.e. for every verification forward. Measured on the embedded SmolLM2
+(fp32, 2 threads, 300-token context): the 211 Linear layers take 21 ms at 1-2 rows, 34 ms
+at 4 and 42 ms at 8 through ``F.linear``, but 27 ms at 4 (MKL with weights prepacked for
+4 rows) and 33 ms at 8 (oneDNN, prepacked); ``repeat_kv`` adds ~13 ms per forward.
+
+A ``KernelPlan`` says which path each row count takes. ``HF_PLAN`` is Hugging Face's own
+path, bit for bit (``F.linear``, HF's SDPA function, a ``DynamicCache``): greedy output
+through it equals ``generate(do_sample=False)`` token for token. A fast plan comes from
+``calibrate``: each candidate GEMM path is timed over all the model's Linear weights for
+each row count, the fastest kept (within a budget of prepacked weight copies), and the
+result cached per machine, model, dtype and threads. Faster GEMMs sum in another order,
+so logits move by ~1e-6 relative; greedy decoding can then differ from HF's at a near-tie
+(the benchmark reports how often, with the top-2 logit gap). Sampling stays exact: p is
+whatever the active plan computes, for the plain baseline and for verification alike.
+
+Mechanics. ``install(model)`` patches every ``nn.Linear`` of the model with a forward that
+dispatches on the plan active at call time (``with plan.active(): ...``), and points the
+model's attention at a function that packs the query heads of each KV group together
+when a plan with ``gqa_packing`` is active. With no plan active both fall through to
+exactly what the model did before, so Hugging Face's own ``generate`` on the same model
+object is unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import platform
+import time
+import types
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+ATTN_NAME = "stagedspec_sdpa"
+PATH_LINEAR = "linear"  # F.linear: what nn.Linear and Hugging Face compute
+PATH_MKLDNN = "mkldnn"  # oneDNN with the weight reordered once (any row count)
+MKL_ROWS = (4, 8, 16)  # MKL sgemm with the weight packed for exactly b rows ("mkl4", ...)
+MAX_ROWS = 16  # row counts the calibration covers; more rows (prefill) take F.linear
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """Which GEMM path each row count takes, and the attention / cache choices.
+
+    ``linear[m - 1]`` is the path for a Linear call on m rows (batch x new tokens);
+    row counts past the table take ``F.linear``.
+    """
+
+    name: str = "hf"
+    linear: tuple[str, ...] = ()
+    gqa_packing: bool = False
+    slot_cache: bool = False
+
+    @property
+    def bitwise_hf(self) -> bool:
+        """True when every choice is Hugging Face's own (greedy equals ``generate``)."""
+        return not self.gqa_packing and not self.slot_cache and all(p == PATH_LINEAR for p in self.linear)
+
+    def path(self, rows: int) -> str:
+        return self.linear[rows - 1] if rows <= len(self.linear) else PATH_LINEAR
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        global _ACTIVE
+        before, _ACTIVE = _ACTIVE, self
+        try:
+            yield
+        finally:
+            _ACTIVE = before
+
+    def describe(self) -> str:
+        """``fast: 1-3 linear, 4 mkl4, 5-16 mkldnn; gqa packing; slot cache``."""
+        runs: list[str] = []
+        start = 1
+        for m in range(2, len(self.linear) + 2):
+            if m > len(self.linear) or self.linear[m - 1] != self.linear[start - 1]:
+                span = f"{start}" if start == m - 1 else f"{start}-{m - 1}"
+                runs.append(f"{span} {self.linear[start - 1]}")
+                start = m
+        extras = [x for x, on in (("gqa packing", self.gqa_packing), ("slot cache", self.slot_cache)) if on]
+        return f"{self.name}: " + "; ".join([", ".join(runs) or "linear"] + extras)
+
+
+HF_PLAN = KernelPlan()
+_ACTIVE: KernelPlan | None = None
+
+
+# --------------------------------------------------------------------------- GEMM paths
+def _rows(x: torch.Tensor) -> int:
+    return x.numel() // x.shape[-1] if x.shape[-1] else 0
+
+
+def _mkl_pack(weight: torch.Tensor, rows: int) -> torch.Tensor:
+    return torch.ops.mkl._mkl_reorder_linear_weight(weight.detach(), rows)
+
+
+def _mkldnn_pack(weight: torch.Tensor) -> torch.Tensor:
+    # the batch-size hint only steers oneDNN's blocking; 8 measured as good as any for 2-16 rows
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 8)
+
+
+def _apply(module: nn.Linear, path: str, x: torch.Tensor) -> torch.Tensor:
+    """``x @ W.T + b`` through one path (x: [..., in])."""
+    if path == PATH_LINEAR:
+        return F.linear(x, module.weight, module.bias)
+    packs = module._stagedspec_packs
+    if path not in packs:
+        # packing happens once per module and path, at the first call (warm-up or calibration)
+        packs[path] = _mkldnn_pack(module.weight) if path == PATH_MKLDNN else _mkl_pack(module.weight, int(path[3:]))
+    m = _rows(x)
+    x2 = x.reshape(m, x.shape[-1])
+    if path == PATH_MKLDNN:
+        y = torch.ops.mkldnn._linear_pointwise(x2, packs[path], module.bias, "none", [], "")
+    else:
+        b = int(path[3:])
+        if m < b:  # MKL's packed GEMM is fast only at the row count it was packed for
+            x2 = torch.cat([x2, x2.new_zeros(b - m, x2.shape[1])])
+        y = torch.ops.mkl._mkl_linear(x2, packs[path], module.weight, module.bias, b)[:m]
+    return y.reshape(*x.shape[:-1], y.shape[-1])
+
+
+def _dispatch_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    plan = _ACTIVE
+    if plan is None or not plan.linear:
+        return F.linear(x, self.weight, self.bias)
+    return _apply(self, plan.path(_rows(x)), x)
+
+
+def available_paths(dtype: torch.dtype, device: torch.device) -> list[str]:
+    """GEMM paths that run here for this dtype (MKL's packed sgemm is float32 only)."""
+    if device.type != "cpu":
+        return [PATH_LINEAR]
+    out = [PATH_LINEAR]
+    probe = nn.Linear(8, 4, bias=False).to(dtype)
+    probe._stagedspec_packs = {}
+    x = torch.randn(2, 8, dtype=dtype)
+    for path in [PATH_MKLDNN] + [f"mkl{b}" for b in MKL_ROWS]:
+        try:
+            torch.testing.assert_close(_apply(probe, path, x), F.linear(x, probe.weight), rtol=1e-2, atol=1e-2)
+            out.append(path)
+        except (RuntimeError, AssertionError, AttributeError):
+            pass
+    return out
+
+
+# --------------------------------------------------------------------------- attention
+def _packed_gqa_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
+                          is_causal=None, **kwargs):
+    """SDPA with the query heads of each KV group stacked as extra query rows, so the KV
+    cache is read as stored instead of repeated per query head (Hugging Face does this
+    for one query row; verification feeds several)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    plan = _ACTIVE
+    groups = getattr(module, "num_key_value_groups", 1)
+    if plan is None or not plan.gqa_packing or groups == 1 or kwargs.get("position_bias") is not None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      is_causal=is_causal, **kwargs)
+    B, H, n, D = query.shape
+    Hkv, T = key.shape[1], key.shape[2]
+    if attention_mask is None and n > 1:  # plain causal rows at the end of the cache
+        attention_mask = torch.zeros(n, T, dtype=query.dtype, device=query.device)
+        attention_mask[:, T - n:] = torch.full((n, n), torch.finfo(query.dtype).min, dtype=query.dtype,
+                                                device=query.device).triu(1)
+        attention_mask = attention_mask[None, None]
+    elif attention_mask is not None and attention_mask.dtype == torch.bool:
+        attention_mask = torch.zeros_like(attention_mask, dtype=query.dtype).masked_fill(
+            ~attention_mask, torch.finfo(query.dtype).min)
+    q = query.reshape(B, Hkv, groups * n, D)  # head h = g * groups + r -> row r * n + i
+    mask = attention_mask
+    if mask is not None:
+        mask = mask[:, :, -n:, :] if mask.shape[2] != n else mask
+        mask = mask.repeat(1, 1, groups, 1) if n > 1 else mask
+    out = F.scaled_dot_product_attention(q, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling)
+    return out.reshape(B, H, n, D).transpose(1, 2).contiguous(), None
+
+
+def _register_attention() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(ATTN_NAME, _packed_gqa_attention)
+    AttentionMaskInterface.register(ATTN_NAME, sdpa_mask)
+
+
+# --------------------------------------------------------------------------- install
+def install(model: nn.Module) -> nn.Module:
+    """Make ``model``'s Linear layers and attention follow the active plan (idempotent).
+
+    Without an active plan the model computes exactly what it did before."""
+    if getattr(model, "_stagedspec_kernels", False):
+        return model
+    for mod in model.modules():
+        if isinstance(mod, nn.Linear) and not hasattr(mod, "_stagedspec_packs"):
+            mod._stagedspec_packs = {}
+            mod.forward = types.MethodType(_dispatch_forward, mod)
+    config = getattr(model, "config", None)
+    if config is not None and getattr(config, "_attn_implementation", None) == "sdpa":
+        _register_attention()
+        model.set_attn_implementation(ATTN_NAME)
+    model._stagedspec_kernels = True
+    return model
+
+
+def attention_packing_installed(model: nn.Module) -> bool:
+    return getattr(getattr(model, "config", None), "_attn_implementation", None) == ATTN_NAME
+
+
+# --------------------------------------------------------------------------- calibration
+@dataclass
+class Calibration:
+    """Seconds per pass over all Linear weights, per row count and path, and the plan."""
+
+    key: dict
+    times_ms: dict[str, dict[str, float]] = field(default_factory=dict)  # rows -> path -> ms
+    plan: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def _linears(model: nn.Module) -> list[nn.Linear]:
+    return [m for m in model.modules() if isinstance(m, nn.Linear)]
+
+
+def calibration_key(model: nn.Module, dtype: torch.dtype, threads: int, device: torch.device) -> dict:
+    sizes = [list(m.weight.shape) for m in _linears(model)]
+    return {
+        "machine": platform.machine(), "processor": _cpu_name(), "cores": os.cpu_count(),
+        "torch": torch.__version__, "model": getattr(getattr(model, "config", None), "_name_or_path", "") or "",
+        "weights": hashlib.sha256(json.dumps(sizes).encode()).hexdigest()[:16], "n_linear": len(sizes),
+        "dtype": str(dtype).removeprefix("torch."), "threads": threads, "device": str(device),
+    }
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _time_pass(mods: list[nn.Linear], xs: list[torch.Tensor], path: str, reps: int) -> float:
+    """Median ms of one pass over every Linear weight (the memory traffic of a forward)."""
+    with torch.no_grad():
+        for mod, x in zip(mods, xs):  # warm-up, and packs the weights on first use
+            _apply(mod, path, x)
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            for mod, x in zip(mods, xs):
+                _apply(mod, path, x)
+            times.append(time.perf_counter() - t0)
+    times.sort()
+    return 1000 * times[len(times) // 2]
+
+
+def calibrate(
+    model: nn.Module, max_rows: int = MAX_ROWS, max_packs: int = 2, reps: int = 5,
+    cache_dir: str | Path | None = None, name: str = "fast",
+) -> tuple[KernelPlan, Calibration]:
+    """Time each available GEMM path for 1..max_rows rows over all of ``model``'s Linear
+    weights; keep the fastest per row count using at most ``max_packs`` prepacked copies
+    of the weights (each costs the model's Linear weights in memory again). Cached in
+    ``cache_dir`` (default ~/.cache/stagedspec/kernels) by machine, model, dtype and threads."""
+    install(model)
+    p = next(model.parameters())
+    key = calibration_key(model, p.dtype, torch.get_num_threads(), p.device)
+    digest = hashlib.sha256(json.dumps({**key, "max_rows": max_rows, "max_packs": max_packs}, sort_keys=True)
+                            .encode()).hexdigest()[:20]
+    cache = Path(cache_dir or os.environ.get("STAGEDSPEC_CACHE") or "~/.cache/stagedspec").expanduser() / "kernels"
+    f = cache / f"{digest}.json"
+    if f.is_file():
+        cal = Calibration(**json.loads(f.read_text()))
+        plan = KernelPlan(**{**cal.plan, "linear": tuple(cal.plan["linear"])})
+        log.info("kernel plan from %s: %s", f, plan.describe())
+        return plan, cal
+    t0 = time.perf_counter()
+    paths = available_paths(p.dtype, p.device)
+    mods = _linears(model)
+    times: dict[str, dict[str, float]] = {}
+    for m in range(1, max_rows + 1):
+        xs = [torch.randn(m, mod.in_features, dtype=p.dtype, device=p.device) for mod in mods]
+        cands = [q for q in paths if not q.startswith("mkl") or q == PATH_MKLDNN or m <= int(q[3:]) < 2 * m]
+        times[str(m)] = {q: _time_pass(mods, xs, q, reps) for q in cands}
+    linear = _choose(times, max_packs)
+    for mod in mods:  # drop the packs the plan does not use
+        for q in list(mod._stagedspec_packs):
+            if q not in linear:
+                del mod._stagedspec_packs[q]
+    plan = KernelPlan(name=name, linear=tuple(linear), gqa_packing=True, slot_cache=True)
+    cal = Calibration(key=key, times_ms=times, plan={**asdict(plan), "linear": list(plan.linear)},
+                      seconds=time.perf_counter() - t0)
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = f.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(asdict(cal), indent=1))
+        os.replace(tmp, f)
+    except OSError as e:  # a read-only cache costs a re-calibration, not correctness
+        log.warning("could not cache the kernel calibration in %s: %s", cache, e)
+    log.info("calibrated kernels in %.1f s: %s", cal.seconds, plan.describe())
+    return plan, cal
+
+
+def _choose(times: dict[str, dict[str, float]], max_packs: int) -> list[str]:
+    """Fastest path per row count, using at most ``max_packs`` distinct prepacked paths:
+    packs are added greedily by the total time they save over the best choice without them."""
+    rows = sorted(times, key=int)
+    allowed = {PATH_LINEAR}
+    packs = {q for r in rows for q in times[r] if q != PATH_LINEAR}
+
+    def total(allow: set[str]) -> float:
+        return sum(min(t for q, t in times[r].items() if q in allow) for r in rows)
+
+    while len(allowed) - 1 < max_packs and packs - allowed:
+        best = min(sorted(packs - allowed), key=lambda q: total(allowed | {q}))  # ties: name order
+        if total(allowed | {best}) >= total(allowed) * 0.99:  # under 1% gain: not worth the memory
+            break
+        allowed.add(best)
+    return [min((q for q in times[r] if q in allowed), key=lambda q: times[r][q]) for r in rows]

@@ -1,0 +1,168 @@
+"""Kernel plans: the choice from measured times, the cached calibration, Hugging Face's
+path left untouched, and exact decoding through a fast plan (slot cache, GQA packing,
+prepacked GEMMs) on tiny models and on the embedded SmolLM2."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+
+from stagedspec import kernels
+from stagedspec.decoding import SpeculativeDecoder
+from stagedspec.kernels import HF_PLAN, KernelPlan, _choose, available_paths, calibrate
+from stagedspec.kvmodel import KVModel, SlotLayer
+from stagedspec.sampling import SamplingConfig
+from stagedspec.tree import DraftTree, TreeShape
+from stagedspec.verification import verify_tree, verify_tree_greedy
+
+from .helpers import hf_greedy, hierarchy, tiny_target
+from .test_greedy_exact import N_NEW, _prompts, _reference
+
+PATHS = available_paths(torch.float32, torch.device("cpu"))
+# every available path somewhere in 1..8 rows, so each one's dispatch code runs
+MIXED = KernelPlan(name="mixed", linear=tuple(PATHS[i % len(PATHS)] for i in range(8)), gqa_packing=True,
+                   slot_cache=True)
+
+
+def test_choose_takes_the_fastest_path_within_the_pack_budget():
+    times = {
+        "1": {"linear": 20.0, "mkldnn": 27.0, "mkl4": 21.0},
+        "4": {"linear": 34.0, "mkldnn": 28.0, "mkl4": 27.0},
+        "8": {"linear": 42.0, "mkldnn": 33.0, "mkl8": 32.0},
+    }
+    # one pack: mkldnn saves 6 + 9 = 15 ms, mkl4 saves 7, mkl8 saves 10 -> mkldnn
+    assert _choose(times, max_packs=1) == ["linear", "mkldnn", "mkldnn"]
+    # two packs: after mkldnn, mkl4 and mkl8 each save 1 ms of 81 (over the 1% bar); the tie
+    # goes to the first name
+    assert _choose(times, max_packs=2) == ["linear", "mkl4", "mkldnn"]
+    assert _choose(times, max_packs=0) == ["linear", "linear", "linear"]
+
+
+def test_plan_describe_and_path_lookup():
+    plan = KernelPlan(name="fast", linear=("linear",) * 3 + ("mkl4",) + ("mkldnn",) * 4, gqa_packing=True)
+    assert plan.describe() == "fast: 1-3 linear, 4 mkl4, 5-8 mkldnn; gqa packing"
+    assert plan.path(4) == "mkl4" and plan.path(8) == "mkldnn" and plan.path(50) == "linear"
+    assert HF_PLAN.bitwise_hf and not plan.bitwise_hf
+
+
+def test_calibration_is_cached_per_machine_and_model(tmp_path):
+    model = tiny_target().model
+    plan, cal = calibrate(model, max_rows=4, reps=1, cache_dir=tmp_path)
+    assert len(plan.linear) == 4 and set(plan.linear) <= set(PATHS)
+    assert sorted(cal.times_ms, key=int) == ["1", "2", "3", "4"]
+    for row, per_path in cal.times_ms.items():  # the chosen path is the fastest allowed one
+        allowed = set(plan.linear) | {"linear"}
+        best = min((p for p in per_path if p in allowed), key=per_path.get)
+        assert plan.linear[int(row) - 1] == best
+    (f,) = (tmp_path / "kernels").glob("*.json")
+    saved = json.loads(f.read_text())
+    assert saved["key"]["threads"] == torch.get_num_threads() and saved["key"]["dtype"] == "float32"
+    plan2, cal2 = calibrate(model, max_rows=4, reps=1, cache_dir=tmp_path)
+    assert plan2 == plan and cal2.times_ms == cal.times_ms  # read back, not re-measured
+
+
+def test_install_leaves_hf_generate_bitwise_unchanged():
+    target = tiny_target(seed=5)
+    prompt = _prompts(2)[1]
+    before = hf_greedy(target.model, prompt, 30)
+    with torch.no_grad():
+        logits_before = target.model(torch.tensor([prompt])).logits
+    kernels.install(target.model)
+    assert target.model.config._attn_implementation == kernels.ATTN_NAME
+    assert hf_greedy(target.model, prompt, 30) == before
+    with torch.no_grad():
+        assert torch.equal(target.model(torch.tensor([prompt])).logits, logits_before)
+
+
+@pytest.mark.parametrize("kind", ["ngram", "small", "ngram>small", "ngram>other>small"])
+def test_fast_plan_greedy_equals_hf_on_tiny_models(kind):
+    target = tiny_target()
+    ref = [list(r) for r in _reference(3)]
+    for k in (1, 3, 8):
+        dec = SpeculativeDecoder(target.model, hierarchy(kind, target, k), SamplingConfig(), plan=MIXED)
+        assert [s.output_ids for s in dec.generate(_prompts(3), N_NEW).sequences] == ref, f"{kind} k={k}"
+
+
+@pytest.mark.parametrize("batch", [1, 5])
+@pytest.mark.parametrize("kind,tree", [("ar", None), ("small", {"widths": [2, 2, 1]}),
+                                       ("ngram", {"dynamic": {"budget": 8, "topk": 3, "depth": 4}})])
+def test_fast_plan_batches_and_trees_equal_hf(batch, kind, tree):
+    target = tiny_target()
+    dec = SpeculativeDecoder(target.model, hierarchy(kind, target, 3, tree=TreeShape.parse(tree)), SamplingConfig(),
+                             plan=MIXED)
+    res = dec.generate(_prompts(8)[:batch], N_NEW)
+    assert [s.output_ids for s in res.sequences] == [list(r) for r in _reference(8)][:batch]
+
+
+def test_slot_cache_grows_rolls_back_and_drops_rows():
+    """300 tokens through a mostly-rejecting hierarchy: the slot buffers pass their first
+    capacity (256), roll back hundreds of times, and stay exact."""
+    target = tiny_target()
+    prompt = _prompts(2)[1]
+    ref = hf_greedy(target.model, prompt, 300)
+    dec = SpeculativeDecoder(target.model, hierarchy("ngram>other>small", target, 6), SamplingConfig(), plan=MIXED)
+    assert dec.generate([prompt], 300).sequences[0].output_ids == ref
+    layer = dec.kv.cache.layers[0]
+    assert isinstance(layer, SlotLayer) and layer._k.shape[2] >= 300
+
+
+def test_fast_plan_tree_logits_equal_each_path_as_a_sequence():
+    target = tiny_target()
+    kv = KVModel(target.model, plan=MIXED)
+    kv.reset(2)
+    ctxs = [[5, 9, 3, 7, 7, 1], [4, 2]]
+    kv.extend_chain(kv.sync([c[:-1] for c in ctxs]), want_last=False)
+    tails = kv.sync(ctxs, min_tail=1)
+    toks = [[11, 12, 13, 14], [21, 22, 23, 24]]
+    parents = [-1, -1, 0, 2]  # two root children; a depth-3 branch under the first
+    feed = [t + tk for t, tk in zip(tails, toks)]
+    pars = [[-1] + [0 if q < 0 else 1 + q for q in parents] for _ in ctxs]
+    logits = kv.extend(feed, pars, [list(range(1 + len(parents)))] * 2)
+    paths = [[0], [1], [0, 2], [0, 2, 3]]
+    for b, ctx in enumerate(ctxs):
+        for i, path in enumerate(paths):
+            with torch.no_grad():
+                ref = target.model(torch.tensor([ctx + [toks[b][j] for j in path]])).logits[0, -1]
+            torch.testing.assert_close(logits[b][i + 1], ref, atol=1e-5, rtol=1e-5)
+
+
+def _random_tree(rng: random.Random, vocab: int) -> DraftTree:
+    tree = DraftTree()
+    for _ in range(rng.randint(0, 9)):
+        parent = rng.randint(-1, len(tree) - 1)
+        tree.add(rng.randrange(vocab), parent, None, "x")
+    return tree
+
+
+def test_greedy_walk_equals_the_point_mass_rule():
+    """``verify_tree_greedy`` on argmaxes == ``verify_tree`` on one-hot p, on random trees
+    whose tokens often hit the argmax (vocabulary of 3)."""
+    rng = random.Random(0)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(500):
+        tree = _random_tree(rng, 3)
+        argmax = [rng.randrange(3) for _ in range(len(tree) + 1)]
+        p = torch.zeros(len(tree) + 1, 3)
+        p[torch.arange(len(argmax)), torch.tensor(argmax)] = 1.0
+        assert verify_tree_greedy(tree, argmax) == verify_tree(tree, p, gen)
+
+
+@pytest.mark.slow
+def test_fast_plan_ar_and_speculation_agree_on_the_embedded_model(embedded_model):
+    """Through one calibrated plan, plain decoding and speculation give the same tokens
+    on real prompts (they share every kernel choice per row count)."""
+    from stagedspec.drafters import KatzNgramDrafter, PromptLookupDrafter
+    from stagedspec.models import encode_prompt
+
+    plan, _ = calibrate(embedded_model.model, reps=1)
+    prompts = [encode_prompt(embedded_model.tokenizer, t) for t in (
+        "Summarize: The cat sat on the mat because the mat was warm and the sun was out.",
+        "Write a Python function that returns the n-th Fibonacci number.",
+    )]
+    ar = SpeculativeDecoder(embedded_model.model, None, SamplingConfig(), plan=plan).generate(prompts, 48)
+    for drafter in (PromptLookupDrafter(k=4), KatzNgramDrafter(embedded_model.vocab_size, k=4)):
+        spec = SpeculativeDecoder(embedded_model.model, drafter, SamplingConfig(), plan=plan).generate(prompts, 48)
+        assert [s.output_ids for s in spec.sequences] == [s.output_ids for s in ar.sequences], drafter.name
