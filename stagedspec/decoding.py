@@ -42,6 +42,11 @@ class SpeculativeDecoder:
         self.eos = {int(t) for t in eos_token_ids}
         self.context_length = context_length or getattr(target.config, "max_position_embeddings", None)
         self.levels = drafter.levels() if drafter is not None else []
+        self.features = drafter is not None and drafter.wants_features
+        for lv in self.levels[:-1]:
+            if lv.wants_features:
+                raise ValueError(f"level {lv.name!r} reads the target's hidden states, so it must draft directly "
+                                 f"for the target, not for the level above it")
         for lv in self.levels:
             v = getattr(lv, "vocab_size", None)
             if v is not None and v != self.kv.vocab_size:
@@ -93,7 +98,8 @@ class SpeculativeDecoder:
             self.drafter.setup(self.sampling, gen, self.plan)
             self.drafter.reset(B)
         # prefill: cache all but each prompt's last token, which is the first round's root
-        self.kv.extend_chain(self.kv.sync([c[:-1] for c in contexts]), want_last=False)
+        out = self.kv.extend_chain(self.kv.sync([c[:-1] for c in contexts]), want_last=False, hidden=self.features)
+        features = _Features(out[1]) if self.features else None
         if self.drafter is not None:
             self.drafter.prefill(contexts)
         res.prefill_time = time.perf_counter() - t_start
@@ -103,9 +109,12 @@ class SpeculativeDecoder:
             ctxs = [contexts[i] for i in active]
             before = self._forward_stats()
             t0 = time.perf_counter()
-            trees = self.drafter.propose(ctxs) if self.drafter is not None else [DraftTree() for _ in ctxs]
+            if self.drafter is None:
+                trees = [DraftTree() for _ in ctxs]
+            else:
+                trees = self.drafter.propose(ctxs, features.rows if features is not None else None)
             t1 = time.perf_counter()
-            logits, widths = self._score(ctxs, trees)
+            logits, widths, tail_lens, states = self._score(ctxs, trees)
             t2 = time.perf_counter()
             after = self._forward_stats()
             calls = {lv.name: after[lv.name][1] - before[lv.name][1] for lv in self.levels}
@@ -118,6 +127,9 @@ class SpeculativeDecoder:
                 else:
                     path, tok = verify_tree(tree, probabilities(logits[row], self.sampling), gen)
                 accepted.append(len(path))
+                if features is not None:  # the target's states at what it now holds: tail + accepted path
+                    n_tail = tail_lens[row]
+                    features.append(row, states[row][list(range(n_tail)) + [n_tail + j for j in path]])
                 new = [tree.tokens[j] for j in path] + [tok]
                 origin = [tree.origin[j] for j in path] + [TARGET]
                 room = max_new_tokens - len(results[i].output_ids)
@@ -147,6 +159,8 @@ class SpeculativeDecoder:
                 self.drafter.feedback(accepted)
             if len(keep) < len(active):
                 self.kv.keep_rows(keep)
+                if features is not None:
+                    features.keep_rows(keep)
                 if self.drafter is not None:
                     self.drafter.keep_rows(keep)
                 active = [active[r] for r in keep]
@@ -170,9 +184,26 @@ class SpeculativeDecoder:
             out[lv.name] = lv.forward_stats()
         return out
 
-    def _score(self, ctxs: list[list[int]], trees: list[DraftTree]) -> tuple[list[torch.Tensor], list[int]]:
+    def _score(self, ctxs: list[list[int]], trees: list[DraftTree]):
         """One target forward over each row's uncached tail plus its draft tree; returns the
-        logits at the root (last context token) and at every draft node, and row widths."""
+        logits at the root (last context token) and at every draft node, the row widths,
+        the tail lengths and (for a feature draft) the hidden states of every fed token."""
         tails = self.kv.sync(ctxs, min_tail=1)
         widths = [len(t) + len(tree) for t, tree in zip(tails, trees)]
-        return self.kv.extend_trees(tails, trees), widths
+        out = self.kv.extend_trees(tails, trees, hidden=self.features)
+        logits, states = out if self.features else (out, None)
+        return logits, widths, [len(t) for t in tails], states
+
+
+class _Features:
+    """Per row, the target's last hidden state at every context position but the last
+    (the positions it has cached), for a level that drafts from them."""
+
+    def __init__(self, first: list[torch.Tensor]) -> None:
+        self.rows = list(first)
+
+    def append(self, row: int, states: torch.Tensor) -> None:
+        self.rows[row] = torch.cat([self.rows[row], states])
+
+    def keep_rows(self, rows: list[int]) -> None:
+        self.rows = [self.rows[r] for r in rows]

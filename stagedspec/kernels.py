@@ -212,16 +212,12 @@ def install(model: nn.Module) -> nn.Module:
         if isinstance(mod, nn.Linear) and not hasattr(mod, "_stagedspec_packs"):
             mod._stagedspec_packs = {}
             mod.forward = types.MethodType(_dispatch_forward, mod)
-    config = getattr(model, "config", None)
-    if config is not None and getattr(config, "_attn_implementation", None) == "sdpa":
-        _register_attention()
-        model.set_attn_implementation(ATTN_NAME)
+    for mod in model.modules():  # the model itself, or the Hugging Face model inside a wrapper
+        if hasattr(mod, "set_attn_implementation") and getattr(mod.config, "_attn_implementation", None) == "sdpa":
+            _register_attention()
+            mod.set_attn_implementation(ATTN_NAME)
     model._stagedspec_kernels = True
     return model
-
-
-def attention_packing_installed(model: nn.Module) -> bool:
-    return getattr(getattr(model, "config", None), "_attn_implementation", None) == ATTN_NAME
 
 
 # --------------------------------------------------------------------------- calibration

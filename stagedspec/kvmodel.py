@@ -113,7 +113,12 @@ def _tril(n: int, batch: int) -> torch.Tensor:
 
 
 class KVModel:
-    def __init__(self, model: torch.nn.Module, name: str = "target", plan: KernelPlan = HF_PLAN) -> None:
+    """``vocab_map``: for a model whose LM head covers a subset of the vocabulary (a
+    frequency-pruned draft head), the token id of each head row; logits come back over
+    the full vocabulary with -inf outside the subset, so q has zero mass there."""
+
+    def __init__(self, model: torch.nn.Module, name: str = "target", plan: KernelPlan = HF_PLAN,
+                 vocab_map: torch.Tensor | None = None, vocab_size: int | None = None) -> None:
         self.model = model
         self.name = name
         self.plan = HF_PLAN
@@ -122,7 +127,8 @@ class KVModel:
         self.device, self.dtype = p.device, p.dtype
         self.decoder = model.get_decoder()
         self.head = model.get_output_embeddings()
-        self.vocab_size = int(self.head.weight.shape[0])
+        self.vocab_map = None if vocab_map is None else vocab_map.to(self.device)
+        self.vocab_size = int(vocab_size if vocab_map is not None else self.head.weight.shape[0])
         self.forward_time = 0.0
         self.forward_calls = 0
         self.reset(0)
@@ -191,14 +197,20 @@ class KVModel:
 
     # ------------------------------------------------------------------- sync
     @torch.no_grad()
-    def sync(self, contexts: list[list[int]], min_tail: int = 0) -> list[list[int]]:
+    def sync(self, contexts: list[list[int]], min_tail: int = 0, keep_pending: bool = True) -> list[list[int]]:
         """Commit the pending path that matches each context, roll back what the context
         no longer has, and return each row's tail (context tokens not in the cache).
 
         ``min_tail`` rolls back further where needed so each tail has at least that many
         tokens: a caller that needs logits after the last token must feed it.
+        ``keep_pending=False`` drops every pending node instead of committing matches: for
+        a model whose inputs at draft nodes were provisional (a feature draft fed its own
+        predicted features) and must be recomputed.
         """
         assert len(contexts) == self.batch_size, (len(contexts), self.batch_size)
+        if not keep_pending and self.n_pending:
+            self._truncate(self.n_commit)
+            self._clear_pending(self.batch_size)
         P = self.n_pending
         if P:
             matched = [self._match_pending(b, ctx) for b, ctx in enumerate(contexts)]
@@ -261,18 +273,26 @@ class KVModel:
     # ---------------------------------------------------------------- forward
     @torch.no_grad()
     def extend(
-        self, tokens: list[list[int]], parents: list[list[int]], want: list[list[int]]
-    ) -> list[torch.Tensor]:
+        self, tokens: list[list[int]], parents: list[list[int]], want: list[list[int]],
+        inputs: list[torch.Tensor] | None = None, hidden: list[list[int]] | None = None,
+    ):
         """Feed new pending nodes and return float32 logits at the wanted new nodes.
 
         ``parents[b][j]`` is the pending slot of node j's parent (earlier pending slots
         count from 0; this call's nodes follow them), or -1 for a node that directly
         continues the committed tokens. Returns, per row, logits ``[len(want[b]), V]``.
+
+        ``inputs[b]`` (``[len(tokens[b]), hidden]``): input vectors to feed instead of the
+        tokens' embeddings (a feature draft); the tokens still identify the slots.
+        ``hidden[b]``: new nodes whose last hidden states (after the final norm) to return
+        too; then the result is ``(logits, hidden_states)``.
         """
         B = self.batch_size
         n = max((len(t) for t in tokens), default=0)
         if n == 0:
-            return [torch.empty(0, self.vocab_size) for _ in range(B)]
+            empty = [torch.empty(0, self.vocab_size) for _ in range(B)]
+            none = torch.empty(0, self.model.config.hidden_size, dtype=self.dtype, device=self.device)
+            return empty if hidden is None else (empty, [none for _ in range(B)])
         P = self.n_pending
         anc = torch.zeros(B, P + n, P + n, dtype=torch.bool)
         anc[:, :P, :P] = self.p_anc
@@ -315,40 +335,58 @@ class KVModel:
             mask.masked_fill_(~allowed[:, None], torch.finfo(self.dtype).min)
         self.valid = torch.cat([self.valid, torch.zeros(B, n, dtype=torch.bool)], 1)
         t0 = time.perf_counter()
+        if inputs is None:
+            feed = {"input_ids": ids.to(self.device)}
+        else:
+            embeds = torch.zeros(B, n, inputs[0].shape[-1], dtype=self.dtype, device=self.device)
+            for b, x in enumerate(inputs):
+                embeds[b, : len(x)] = x
+            feed = {"inputs_embeds": embeds}
         with self.plan.active():
             out = self.decoder(
-                input_ids=ids.to(self.device),
+                **feed,
                 attention_mask=None if mask is None else mask.to(self.device),
                 position_ids=pos.to(self.device),
                 cache=self.cache,
                 use_cache=True,
             )
-            hidden = out.last_hidden_state
+            states = out.last_hidden_state
             counts = [len(w) for w in want]
             rows = torch.tensor([b for b, w in enumerate(want) for _ in w], dtype=torch.long, device=self.device)
             cols = torch.tensor([j for w in want for j in w], dtype=torch.long, device=self.device)
-            logits = self.head(hidden[rows, cols]).float() if len(rows) else hidden.new_zeros(0, self.vocab_size)
+            logits = self.head(states[rows, cols]).float() if len(rows) else states.new_zeros(0, self.head.weight.shape[0])
+        if self.vocab_map is not None:
+            full = logits.new_full((logits.shape[0], self.vocab_size), float("-inf"))
+            full[:, self.vocab_map] = logits
+            logits = full
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.forward_time += time.perf_counter() - t0
         self.forward_calls += 1
-        return list(logits.cpu().split(counts))
+        logits = list(logits.cpu().split(counts))
+        if hidden is None:
+            return logits
+        return logits, [states[b, idx] for b, idx in enumerate(hidden)]
 
-    def extend_chain(self, tails: list[list[int]], want_last: bool = True) -> list[torch.Tensor]:
-        """Feed each row's tail as a chain continuing its committed tokens."""
+    def extend_chain(self, tails: list[list[int]], want_last: bool = True, inputs: list[torch.Tensor] | None = None,
+                     hidden: bool = False):
+        """Feed each row's tail as a chain continuing its committed tokens; with
+        ``hidden``, also return the hidden states at every fed token."""
         P = self.n_pending
         parents = [[-1] + list(range(P, P + len(t) - 1)) if t else [] for t in tails]
         want = [[len(t) - 1] if (t and want_last) else [] for t in tails]
-        return self.extend(tails, parents, want)
+        return self.extend(tails, parents, want, inputs=inputs,
+                           hidden=[list(range(len(t))) for t in tails] if hidden else None)
 
     def extend_trees(
-        self, tails: list[list[int]], trees: list, rows: list[bool] | None = None
-    ) -> list[torch.Tensor]:
+        self, tails: list[list[int]], trees: list, rows: list[bool] | None = None, hidden: bool = False
+    ):
         """Feed each row's tail as a chain with its draft tree hanging from the last tail
         token; return logits at that root and at every tree node (``[1 + nodes, V]``).
 
         ``trees[b]`` has ``tokens`` and ``parents`` (-1 = child of the root). Rows with
-        ``rows[b] == False`` are not fed (their logits come back empty).
+        ``rows[b] == False`` are not fed (their logits come back empty). With ``hidden``,
+        also return the hidden states at every fed token (tail, then tree nodes).
         """
         P = self.n_pending
         toks, pars, want = [], [], []
@@ -360,5 +398,5 @@ class KVModel:
             toks.append(t + tree.tokens)
             pars.append([-1] + list(range(P, root)) + [root if q < 0 else root + 1 + q for q in tree.parents])
             want.append(list(range(len(t) - 1, len(t) + len(tree.tokens))))
-        return self.extend(toks, pars, want)
+        return self.extend(toks, pars, want, hidden=[list(range(len(t))) for t in toks] if hidden else None)
 

@@ -29,6 +29,10 @@ class Drafter(ABC):
     k: int = 1
     tree: TreeShapeT = None
     lower: "Drafter | None" = None
+    wants_features: bool = False
+    """True for a level that reads the target's hidden states (an EAGLE-style feature
+    draft): the decoder then passes them to ``propose``. Only the level drafting directly
+    for the target can have them."""
 
     def setup(self, sampling: SamplingConfig, generator: torch.Generator | None, plan: KernelPlan = HF_PLAN) -> None:
         """Called by the level above before decoding: the sampling rule applies to q too,
@@ -48,7 +52,10 @@ class Drafter(ABC):
             self.lower.prefill(contexts)
 
     @abstractmethod
-    def propose(self, contexts: list[list[int]]) -> list[DraftTree]: ...
+    def propose(self, contexts: list[list[int]], features: list[torch.Tensor] | None = None) -> list[DraftTree]:
+        """One draft tree per row. ``features[b]``, given only to a level that
+        ``wants_features``: the target's last hidden states at every position of
+        ``contexts[b]`` but the last."""
 
     def feedback(self, accepted: list[int]) -> None:
         """How many of each row's draft tokens the level above accepted (HF's

@@ -29,7 +29,11 @@ class ModelDrafter(Drafter):
                 f"level {name!r}: a level drafting through a lower level ({lower.name!r}) offers a chain; "
                 f"set its tree to null (got {tree})"
             )
-        self.kv = KVModel(model, name=name)
+        # a trained draft's head covers a vocabulary subset (draft_models.py)
+        vocab_map = getattr(model, "vocab_map", None)
+        meta = getattr(model, "meta", None)
+        self.kv = KVModel(model, name=name, vocab_map=vocab_map,
+                          vocab_size=meta.vocab_size if vocab_map is not None else None)
         self.k, self.lower, self.tree, self.name = k, lower, tree, name
         self.vocab_size = self.kv.vocab_size
 
@@ -53,28 +57,50 @@ class ModelDrafter(Drafter):
     def forward_stats(self) -> tuple[float, int]:
         return self.kv.forward_time, self.kv.forward_calls
 
-    def propose(self, contexts: list[list[int]]) -> list[DraftTree]:
+    # The three steps a feature draft (drafters/feature.py) does differently.
+    def _feed_tails(self, contexts: list[list[int]], features) -> tuple[list[torch.Tensor], list | None, list[int]]:
+        """Feed each row's uncached context; return the logits after its last token, the
+        hidden state there (a feature draft's; else None) and its pending slot."""
+        tails = self.kv.sync(contexts, min_tail=1)
+        return [lg[0] for lg in self.kv.extend_chain(tails)], None, [len(t) - 1 for t in tails]
+
+    def _node_inputs(self, toks: list[list[int]], parent_states: list[list]) -> list[torch.Tensor] | None:
+        """Input vectors for new draft nodes (None: their token embeddings)."""
+        return None
+
+    def propose(self, contexts: list[list[int]], features=None) -> list[DraftTree]:
         if self.lower is not None:
             return self._propose_staged(contexts)
         kv = self.kv
-        tails = kv.sync(contexts, min_tail=1)
-        roots = [probabilities(lg[0], self.sampling) for lg in kv.extend_chain(tails)]
-        # pending cache slot of each draft node; the root is the last tail token
-        slot = [{-1: len(t) - 1} for t in tails]
+        root_logits, root_states, root_slots = self._feed_tails(contexts, features)
+        roots = [probabilities(lg, self.sampling) for lg in root_logits]
+        # pending cache slot (and, for a feature draft, output state) of each draft node
+        slot = [{-1: r} for r in root_slots]
+        state = [{-1: s} for s in root_states] if root_states is not None else None
 
         def expand(nodes: list[tuple[int, int]], trees: list[DraftTree]) -> list[torch.Tensor]:
             P = kv.n_pending
             toks: list[list[int]] = [[] for _ in contexts]
             pars: list[list[int]] = [[] for _ in contexts]
+            parent_states: list[list] = [[] for _ in contexts]
             for b, n in nodes:
                 slot[b][n] = P + len(toks[b])
                 toks[b].append(trees[b].tokens[n])
                 pars[b].append(slot[b][trees[b].parents[n]])
-            logits = kv.extend(toks, pars, [list(range(len(t))) for t in toks])
+                if state is not None:
+                    parent_states[b].append(state[b][trees[b].parents[n]])
+            new = [list(range(len(t))) for t in toks]
+            inputs = self._node_inputs(toks, parent_states)
+            if state is None:
+                logits = kv.extend(toks, pars, new)
+            else:
+                logits, states = kv.extend(toks, pars, new, inputs=inputs, hidden=new)
             cursor = [0] * len(contexts)
             out = []
-            for b, _ in nodes:
+            for b, n in nodes:
                 out.append(probabilities(logits[b][cursor[b]], self.sampling))
+                if state is not None:
+                    state[b][n] = states[b][cursor[b]]
                 cursor[b] += 1
             return out
 

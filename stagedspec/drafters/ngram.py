@@ -69,7 +69,7 @@ class KatzNgramDrafter(Drafter):
         """A draft 'forward' here is one next-token distribution."""
         return self.seconds, self.calls
 
-    def propose(self, contexts: list[list[int]]) -> list[DraftTree]:
+    def propose(self, contexts: list[list[int]], features=None) -> list[DraftTree]:
         for b, ctx in enumerate(contexts):
             self._absorb(b, ctx)
 
@@ -99,7 +99,7 @@ class PromptLookupDrafter(Drafter):
         """A draft 'forward' here is one batch of look-ups."""
         return self.seconds, self.calls
 
-    def propose(self, contexts: list[list[int]]) -> list[DraftTree]:
+    def propose(self, contexts: list[list[int]], features=None) -> list[DraftTree]:
         t0 = time.perf_counter()
         self.calls += 1
         trees = []
