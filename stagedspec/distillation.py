@@ -1,0 +1,328 @@
+"""Training a draft to imitate its target (self-distillation), as plain functions.
+
+1. ``generate_corpus``: the target answers training prompts (``training_prompts.py``,
+   never a benchmark's), in batches with Hugging Face ``generate`` (batching is several
+   times faster than one row at a time on a CPU), greedy and sampled.
+2. ``target_features``: one teacher-forced target forward per batch gives the target's
+   last hidden state at every position (what a feature draft reads, and, through the
+   LM head, the target's distribution the draft is trained towards).
+3. ``vocab_subset``: the most frequent tokens of the target's own outputs (FR-Spec).
+4. ``train_draft``: minimise the divergence between the target's distribution and the
+   draft's over the subset (and, for a feature draft, the error of its predicted
+   feature), with checkpoints to resume from.
+5. ``agreement``: held-out top-1 agreement with the target (the acceptance rate a
+   greedy chain would see at its first position).
+
+The Hydra entry point (``stagedspec/app/distill.py``) wires these to a config, MLflow
+and a cache directory; this module knows neither.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from .draft_models import DraftModel
+
+log = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------------- data
+@torch.no_grad()
+def generate_corpus(
+    model: torch.nn.Module, prompts: list[list[int]], temperature: float, max_new_tokens: int,
+    batch_size: int, seed: int, pad_id: int, eos_ids: list[int], desc: str = "generate",
+) -> list[list[int]]:
+    """The target's answer (token ids, EOS included when it stopped) to each prompt.
+
+    Prompts are sorted by length and left-padded per batch (less padding, the order of
+    the answers is the order of ``prompts``)."""
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    out: list[list[int] | None] = [None] * len(prompts)
+    dev = next(model.parameters()).device
+    gen_kwargs = {"do_sample": temperature > 0, "max_new_tokens": max_new_tokens, "pad_token_id": pad_id,
+                  "eos_token_id": list(eos_ids) or None}
+    if temperature > 0:
+        gen_kwargs.update(temperature=temperature, top_p=1.0, top_k=0)
+    for start in tqdm(range(0, len(order), batch_size), desc=desc, unit="batch", leave=False):
+        idx = order[start : start + batch_size]
+        width = max(len(prompts[i]) for i in idx)
+        ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
+        mask = torch.zeros(len(idx), width, dtype=torch.long)
+        for r, i in enumerate(idx):
+            ids[r, width - len(prompts[i]):] = torch.tensor(prompts[i])
+            mask[r, width - len(prompts[i]):] = 1
+        torch.manual_seed(seed + start)
+        gen = model.generate(input_ids=ids.to(dev), attention_mask=mask.to(dev), **gen_kwargs)
+        for r, i in enumerate(idx):
+            answer = gen[r, width:].tolist()
+            stop = next((j for j, t in enumerate(answer) if t in eos_ids), None)
+            out[i] = answer[: stop + 1] if stop is not None else answer
+    return [o for o in out]  # type: ignore[misc]
+
+
+@torch.no_grad()
+def target_features(model: torch.nn.Module, sequences: list[list[int]], batch_tokens: int = 4096,
+                    desc: str = "features") -> list[torch.Tensor]:
+    """The target's last hidden state (after its final norm) at every position of every
+    sequence, float16 on the CPU: ``[len(seq), hidden]`` each."""
+    decoder = model.get_decoder()
+    dev = next(model.parameters()).device
+    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
+    out: list[torch.Tensor | None] = [None] * len(sequences)
+    batches, cur = [], []
+    for i in order:
+        if cur and (len(cur) + 1) * len(sequences[i]) > batch_tokens:
+            batches.append(cur)
+            cur = []
+        cur.append(i)
+    if cur:
+        batches.append(cur)
+    for idx in tqdm(batches, desc=desc, unit="batch", leave=False):
+        width = max(len(sequences[i]) for i in idx)
+        ids = torch.zeros(len(idx), width, dtype=torch.long)
+        mask = torch.zeros(len(idx), width, dtype=torch.long)
+        for r, i in enumerate(idx):  # right padding: causal attention never sees it
+            ids[r, : len(sequences[i])] = torch.tensor(sequences[i])
+            mask[r, : len(sequences[i])] = 1
+        h = decoder(input_ids=ids.to(dev), attention_mask=mask.to(dev)).last_hidden_state
+        for r, i in enumerate(idx):
+            out[i] = h[r, : len(sequences[i])].to("cpu", torch.float16)
+    return out  # type: ignore[return-value]
+
+
+def vocab_subset(sequences: list[list[int]], size: int, vocab_size: int, always: list[int] = ()) -> torch.Tensor:
+    """The ``size`` most frequent ids in ``sequences`` (ties by id), ``always`` included,
+    padded with the lowest unused ids if the corpus has fewer distinct tokens."""
+    if not isinstance(size, int) or not 1 <= size <= vocab_size:
+        raise ValueError(f"vocabulary subset size must be in 1..{vocab_size} (the target's vocabulary), got {size!r}")
+    counts = Counter(t for s in sequences for t in s)
+    keep = list(dict.fromkeys([int(t) for t in always if 0 <= int(t) < vocab_size]))
+    for t, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        if len(keep) >= size:
+            break
+        if t not in keep:
+            keep.append(t)
+    filler = (t for t in range(vocab_size) if t not in set(keep))
+    while len(keep) < size:
+        keep.append(next(filler))
+    return torch.tensor(sorted(keep[:size]), dtype=torch.long)
+
+
+def coverage(sequences: list[list[int]], subset: torch.Tensor) -> float:
+    """Share of token occurrences in ``sequences`` that the subset covers."""
+    s = set(subset.tolist())
+    total = sum(len(x) for x in sequences)
+    return sum(t in s for x in sequences for t in x) / total if total else 0.0
+
+
+# ---------------------------------------------------------------------------- training
+@dataclass
+class TrainConfig:
+    epochs: float = 4.0
+    batch_tokens: int = 4096
+    lr: float = 5e-4
+    weight_decay: float = 0.0
+    warmup_steps: int = 20
+    clip: float = 1.0
+    divergence: str = "kl"  # kl (forward KL(p || q)) | tvd (total variation)
+    reg_weight: float = 1.0  # feature draft: weight of the smooth-L1 feature regression
+    noise: float = 0.1  # feature draft: uniform noise (times the feature's std) on input features
+    seed: int = 0
+    checkpoint_every: int = 50
+
+    def validate(self) -> None:
+        if self.divergence not in ("kl", "tvd"):
+            raise ValueError(f"divergence must be 'kl' or 'tvd', got {self.divergence!r}")
+        if not self.epochs > 0:
+            raise ValueError(f"epochs must be > 0, got {self.epochs!r}")
+        for k in ("batch_tokens", "warmup_steps", "checkpoint_every"):
+            v = getattr(self, k)
+            if not isinstance(v, int) or v < (0 if k == "warmup_steps" else 1):
+                raise ValueError(f"{k} must be a positive integer, got {v!r}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr!r}")
+
+
+@dataclass
+class TrainState:
+    step: int = 0
+    total_steps: int = 0
+    losses: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def _batches(lengths: list[int], batch_tokens: int, rng: random.Random) -> list[list[int]]:
+    """Sequences of similar length together (little padding), in a shuffled batch order."""
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], rng.random()))
+    out, cur = [], []
+    for i in order:
+        if cur and (len(cur) + 1) * lengths[i] > batch_tokens:
+            out.append(cur)
+            cur = []
+        cur.append(i)
+    if cur:
+        out.append(cur)
+    rng.shuffle(out)
+    return out
+
+
+def _divergence(teacher_logits: torch.Tensor, draft_logits: torch.Tensor, kind: str) -> torch.Tensor:
+    """Per position divergence between the target's and the draft's distributions over
+    the subset (both from logits): [N]."""
+    log_p = F.log_softmax(teacher_logits.float(), -1)
+    log_q = F.log_softmax(draft_logits.float(), -1)
+    if kind == "kl":
+        return (log_p.exp() * (log_p - log_q)).sum(-1)
+    return 0.5 * (log_p.exp() - log_q.exp()).abs().sum(-1)
+
+
+def draft_loss(draft: DraftModel, ids: torch.Tensor, feats: torch.Tensor, mask: torch.Tensor, cfg: TrainConfig,
+               gen: torch.Generator | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """Mean loss over the valid positions of one padded batch.
+
+    ids [B, L], feats [B, L, H] (the target's), mask [B, L] (1 = real token)."""
+    head = draft.lm.lm_head
+    feats = feats.to(head.weight.dtype)
+    if draft.design == "layers":
+        # position t: the draft reads x_0..x_t and should give the target's p(x_{t+1})
+        out = draft.lm.model(input_ids=ids, attention_mask=mask).last_hidden_state
+        valid = mask.bool()
+        div = _divergence(head(feats[valid]), head(out[valid]), cfg.divergence)
+        loss = div.mean()
+        return loss, {"loss": float(loss.detach()), "divergence": float(div.detach().mean())}
+    # feature draft: slot t reads (x_{t+1}, f_t) and predicts f_{t+1}
+    f_in = feats[:, :-1]
+    if cfg.noise > 0:
+        scale = cfg.noise * f_in.detach().float().std()
+        f_in = f_in + (torch.rand(f_in.shape, generator=gen, dtype=torch.float32) - 0.5).to(f_in) * 2 * scale
+    inputs = draft.feature_inputs(ids[:, 1:], f_in)
+    slot_mask = mask[:, 1:]
+    pred = draft.lm.model(inputs_embeds=inputs, attention_mask=slot_mask).last_hidden_state
+    valid = slot_mask.bool()
+    target_f = feats[:, 1:][valid]
+    reg = F.smooth_l1_loss(pred[valid].float(), target_f.float(), reduction="none").mean(-1)
+    div = _divergence(head(target_f), head(pred[valid]), cfg.divergence)
+    loss = (cfg.reg_weight * reg + div).mean()
+    return loss, {"loss": float(loss.detach()), "divergence": float(div.detach().mean()),
+                  "feature_loss": float(reg.detach().mean())}
+
+
+def train_draft(
+    draft: DraftModel, sequences: list[list[int]], features: list[torch.Tensor], cfg: TrainConfig,
+    checkpoint: str | Path | None = None, on_step: Callable[[int, dict[str, float]], None] | None = None,
+    desc: str = "train",
+) -> TrainState:
+    """Train ``draft``'s own parameters (its layers, norm and fc; never the target's
+    embedding or head rows) on the target's sequences and features. With ``checkpoint``,
+    the state is saved every ``cfg.checkpoint_every`` steps and at the end, and a run
+    that finds one resumes from it (same data, same config: the batch order is
+    re-derived from the seed, so a resumed run takes the same steps)."""
+    cfg.validate()
+    params = [p for p in draft.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
+    rng = random.Random(cfg.seed)
+    lengths = [len(s) for s in sequences]
+    epochs = math.ceil(cfg.epochs)
+    plan = [b for _ in range(epochs) for b in _batches(lengths, cfg.batch_tokens, rng)]
+    plan = plan[: max(1, int(round(len(plan) * cfg.epochs / epochs)))]
+    state = TrainState(total_steps=len(plan))
+    ckpt = Path(checkpoint) if checkpoint else None
+    if ckpt is not None and ckpt.is_file():
+        saved = torch.load(ckpt, map_location="cpu", weights_only=False)
+        if saved["total_steps"] != len(plan) or saved["config"] != asdict(cfg):
+            raise ValueError(f"checkpoint {str(ckpt)!r} belongs to another run (steps or config differ); "
+                             "delete it or give another checkpoint path")
+        draft.load_state_dict(saved["model"], strict=False)
+        opt.load_state_dict(saved["optimizer"])
+        state = TrainState(**saved["state"])
+        log.info("resuming %s from step %d of %d", ckpt, state.step, state.total_steps)
+
+    def lr_at(step: int) -> float:
+        if step < cfg.warmup_steps:
+            return cfg.lr * (step + 1) / cfg.warmup_steps
+        frac = (step - cfg.warmup_steps) / max(1, len(plan) - cfg.warmup_steps)
+        return cfg.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
+
+    def save() -> None:
+        if ckpt is None:
+            return
+        ckpt.parent.mkdir(parents=True, exist_ok=True)
+        tmp = ckpt.with_name(f".{ckpt.name}.tmp{os.getpid()}")
+        torch.save({"model": draft.trainable_state(), "optimizer": opt.state_dict(), "state": asdict(state),
+                    "total_steps": len(plan), "config": asdict(cfg)}, tmp)
+        os.replace(tmp, ckpt)  # a kill mid-save leaves the previous checkpoint intact
+
+    draft.train()
+    dev = next(draft.parameters()).device
+    t0 = time.perf_counter() - state.seconds
+    with tqdm(total=len(plan), initial=state.step, desc=desc, unit="step", leave=False) as bar:
+        while state.step < len(plan):
+            idx = plan[state.step]
+            width = max(lengths[i] for i in idx)
+            ids = torch.zeros(len(idx), width, dtype=torch.long)
+            mask = torch.zeros(len(idx), width, dtype=torch.long)
+            feats = torch.zeros(len(idx), width, features[idx[0]].shape[-1], dtype=torch.float16)
+            for r, i in enumerate(idx):
+                ids[r, : lengths[i]] = torch.tensor(sequences[i])
+                mask[r, : lengths[i]] = 1
+                feats[r, : lengths[i]] = features[i]
+            gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + state.step)
+            for g in opt.param_groups:
+                g["lr"] = lr_at(state.step)
+            loss, parts = draft_loss(draft, ids.to(dev), feats.to(dev), mask.to(dev), cfg, gen)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, cfg.clip)
+            opt.step()
+            state.step += 1
+            state.losses.append(parts["loss"])
+            state.seconds = time.perf_counter() - t0
+            bar.update(1)
+            bar.set_postfix(loss=f"{parts['loss']:.3f}")
+            if on_step is not None:
+                on_step(state.step, {**parts, "lr": lr_at(state.step - 1)})
+            if state.step % cfg.checkpoint_every == 0 or state.step == len(plan):
+                save()
+    draft.eval()
+    return state
+
+
+@torch.no_grad()
+def agreement(draft: DraftModel, target: torch.nn.Module, sequences: list[list[int]],
+              features: list[torch.Tensor], start: list[int] | None = None) -> float:
+    """Share of answer tokens (index >= ``start[i]``) for which the draft's argmax, given
+    the true prefix (and, for a feature draft, the target's true features), equals the
+    target's argmax over the full vocabulary: the acceptance a greedy chain sees at its
+    first draft position."""
+    head = target.get_output_embeddings()
+    hits = total = 0
+    for i, (seq, f) in enumerate(zip(sequences, features)):
+        L = len(seq)
+        lo = max(1, 0 if start is None else start[i])  # first predicted token index
+        fe = f.to(head.weight.dtype)
+        want = head(fe[:-1]).argmax(-1)  # want[t]: the target's token at index t + 1
+        ids = torch.tensor([seq])
+        if draft.design == "layers":
+            out = draft.lm.model(input_ids=ids).last_hidden_state[0, :-1]  # out[t] -> token t + 1
+            got, want = draft.vocab_map[draft.lm.lm_head(out).argmax(-1)][lo - 1:], want[lo - 1:]
+        else:
+            inputs = draft.feature_inputs(ids[:, 1:], fe[None, :-1])
+            out = draft.lm.model(inputs_embeds=inputs).last_hidden_state[0, :-1]  # slot t -> token t + 2
+            got = draft.vocab_map[draft.lm.lm_head(out).argmax(-1)]
+            got, want = got[max(0, lo - 2):], want[1:][max(0, lo - 2):]
+        hits += int((got == want).sum())
+        total += len(want)
+        assert len(got) == len(want) and L >= 2
+    return hits / total if total else 0.0
