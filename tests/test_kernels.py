@@ -24,7 +24,7 @@ from .test_greedy_exact import N_NEW, _prompts, _reference
 PATHS = available_paths(torch.float32, torch.device("cpu"))
 # every available path somewhere in 1..8 rows, so each one's dispatch code runs
 MIXED = KernelPlan(name="mixed", linear=tuple(PATHS[i % len(PATHS)] for i in range(8)), gqa_packing=True,
-                   slot_cache=True)
+                   slot_cache=True, lean_layers=True)
 
 
 def test_choose_takes_the_fastest_path_within_the_pack_budget():
