@@ -155,7 +155,7 @@ def test_fast_plan_ar_and_speculation_agree_on_the_embedded_model(embedded_model
     """Through one calibrated plan, plain decoding and speculation give the same tokens
     on real prompts (they share every kernel choice per row count)."""
     from stagedspec.drafters import KatzNgramDrafter, PromptLookupDrafter
-    from stagedspec.models import encode_prompt
+    from stagedspec.text import encode_prompt
 
     plan, _ = calibrate(embedded_model.model, reps=1)
     prompts = [encode_prompt(embedded_model.tokenizer, t) for t in (
