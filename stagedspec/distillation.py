@@ -19,6 +19,7 @@ and a cache directory; this module knows neither.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -34,6 +35,8 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from .draft_models import DraftModel
+from .models import LoadedModel
+from .text import encode, eos_token_ids, ids_to_text
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +73,74 @@ def generate_corpus(
             stop = next((j for j, t in enumerate(answer) if t in eos_ids), None)
             out[i] = answer[: stop + 1] if stop is not None else answer
     return [o for o in out]  # type: ignore[misc]
+
+
+@dataclass
+class CorpusSpec:
+    """What ``build_corpus`` generates: ``prompts`` training prompts (``training_prompts``
+    with ``seed``), each answered at every temperature in ``temperatures``."""
+
+    prompts: int = 600
+    temperatures: tuple[float, ...] = (0.0, 0.7)
+    max_new_tokens: int = 256
+    batch_size: int = 16
+    seed: int = 0
+
+    def validate(self) -> None:
+        if not isinstance(self.prompts, int) or self.prompts < 1:
+            raise ValueError(f"corpus prompts must be an integer >= 1, got {self.prompts!r}")
+        if not self.temperatures or any(not isinstance(t, (int, float)) or t < 0 for t in self.temperatures):
+            raise ValueError(f"corpus temperatures must be a non-empty list of numbers >= 0, got {self.temperatures!r}")
+        for k in ("max_new_tokens", "batch_size"):
+            v = getattr(self, k)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"corpus {k} must be an integer >= 1, got {v!r}")
+
+
+def build_corpus(target: LoadedModel, spec: CorpusSpec, path: str | Path) -> list[dict]:
+    """The target's answers to the training prompts, one JSON record per conversation in
+    ``path`` (``ids``: the whole conversation as the target reads it, ``start``: index of
+    the last answer's first token, ``temperature``, ``prompt``). Records are appended a
+    batch at a time, so an interrupted run resumes where it stopped. Second turns are
+    answered after every first turn, with the target's own first answer as history."""
+    from .training_prompts import training_prompts
+
+    spec.validate()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    done: dict[tuple[int, int, float], dict] = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:  # a line cut by a kill mid-write: redo it
+                continue
+            done[(rec["prompt"], rec["turn"], rec["temperature"])] = rec
+    prompts = training_prompts(spec.prompts, seed=spec.seed)
+    eos = eos_token_ids(target)
+    pad = target.tokenizer.pad_token_id if target.tokenizer is not None and target.tokenizer.pad_token_id is not None \
+        else (eos[0] if eos else 0)
+    with path.open("a", encoding="utf-8") as f:
+        for turn in range(max(len(p) for p in prompts)):
+            for temp in spec.temperatures:
+                todo = [i for i, p in enumerate(prompts) if len(p) > turn and (i, turn, temp) not in done]
+                for start in tqdm(range(0, len(todo), spec.batch_size), desc=f"turn {turn + 1} T={temp}",
+                                  unit="batch", leave=False):
+                    idx = todo[start : start + spec.batch_size]
+                    ids = []
+                    for i in idx:
+                        history = [(prompts[i][t], ids_to_text(target, done[(i, t, temp)]["answer"]))
+                                   for t in range(turn)]
+                        ids.append(encode(target, prompts[i][turn], history))
+                    answers = generate_corpus(target.model, ids, temp, spec.max_new_tokens, len(idx),
+                                              spec.seed + 7919 * turn + start, pad, eos, desc="batch")
+                    for i, prompt_ids, answer in zip(idx, ids, answers):
+                        rec = {"prompt": i, "turn": turn, "temperature": temp, "ids": prompt_ids + answer,
+                               "start": len(prompt_ids), "answer": answer}
+                        done[(i, turn, temp)] = rec
+                        f.write(json.dumps(rec) + "\n")
+                    f.flush()
+    return [done[k] for k in sorted(done)]
 
 
 @torch.no_grad()

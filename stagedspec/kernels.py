@@ -451,3 +451,14 @@ def _choose(times: dict[str, dict[str, float]], max_packs: int) -> list[str]:
             break
         allowed.add(best)
     return [min((q for q in times[r] if q in allowed), key=lambda q: times[r][q]) for r in rows]
+
+
+def kernel_plan(target, name: str) -> KernelPlan:
+    """The plan a setting names for a loaded target: "hf" (Hugging Face's path) or
+    "fast" (calibrated for this machine, model, dtype and threads; cached)."""
+    if name == "hf":
+        return HF_PLAN
+    if name != "fast":
+        raise ValueError(f"kernels must be 'fast' or 'hf', got {name!r}")
+    plan, _ = calibrate(target.model, cache_dir=target.spec.resolved_cache_dir())
+    return plan

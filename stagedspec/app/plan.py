@@ -213,6 +213,9 @@ class JobPlan:
     """Skip the job if the tracker holds a FINISHED run of it; False: redo it."""
     device: str
     experiment_name: str
+    kernels: str = "fast"
+    """The forwards' kernel plan (``kernels.py``): "fast" (calibrated on this machine,
+    cached) or "hf" (Hugging Face's own path, bit for bit)."""
 
     @property
     def method(self) -> str:
@@ -237,7 +240,11 @@ class JobPlan:
             "method": self.method, "draft_k": self.draft_k, "temperature": self.sampling.temperature,
             "batch_size": self.batch_size, "tree": self.tree, "n_levels": len(self.levels),
             "data.resolved_path": str(self.data_path), "n_questions": len(self.questions),
+            "kernels": self.kernels,
         }
+
+
+KERNEL_CHOICES = ("fast", "hf")
 
 
 def data_path(d: dict) -> Path:
@@ -309,6 +316,9 @@ def validate_cfg(cfg: DictConfig, with_data: bool = True) -> JobPlan:
     for key in ("baseline", "resume", "warmup"):
         if not isinstance(cfg.get(key, True), bool):
             raise ConfigError(f"{key} must be true or false, got {cfg.get(key)!r}")
+    kernels = cfg.get("kernels", "fast")
+    if kernels not in KERNEL_CHOICES:
+        raise ConfigError(f"kernels must be one of {list(KERNEL_CHOICES)}, got {kernels!r}")
     target = instantiate(cfg.get("target"), "target")
     try:
         target.validate()
@@ -331,5 +341,5 @@ def validate_cfg(cfg: DictConfig, with_data: bool = True) -> JobPlan:
         target=target, levels=levels, sampling=sampling, questions=questions, data_path=path,
         batch_size=batch_size, max_new_tokens=max_new_tokens, seed=seed, baseline=cfg.get("baseline", True),
         warmup=cfg.get("warmup", True), resume=cfg.get("resume", True), device=str(cfg.get("device")),
-        experiment_name=cfg.get("experiment_name"),
+        experiment_name=cfg.get("experiment_name"), kernels=kernels,
     )

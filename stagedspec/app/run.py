@@ -48,6 +48,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from ..decoding import SpeculativeDecoder
 from ..evaluation import MethodRun, decode_all, job_metrics
 from ..hierarchy import build_hierarchy
+from ..kernels import kernel_plan
 from ..models import LoadedModel, load_cached
 from ..text import encode, eos_token_ids
 from .identity import config_hash, flat_params, job_overrides_label
@@ -109,8 +110,14 @@ def _run_job(
         tracker.log(run_id, tags={"stagedspec.target_model": target.name, "stagedspec.draft_models": json.dumps(draft_models)})
     load_s = time.perf_counter() - t0
     eos = eos_token_ids(target)
-    method_dec = SpeculativeDecoder(target.model, drafter, plan.sampling, eos, context_length=target.context_length)
-    ar_dec = SpeculativeDecoder(target.model, None, plan.sampling, eos, context_length=target.context_length)
+    kernels = kernel_plan(target, plan.kernels)
+    if tracker is not None:
+        tracker.log(run_id, tags={"stagedspec.kernel_plan": kernels.describe()})
+    # the method and the plain baseline share every kernel choice
+    method_dec = SpeculativeDecoder(target.model, drafter, plan.sampling, eos, context_length=target.context_length,
+                                    plan=kernels)
+    ar_dec = SpeculativeDecoder(target.model, None, plan.sampling, eos, context_length=target.context_length,
+                                plan=kernels)
     depth = method_dec.draft_depth
     max_prompt = target.context_length - plan.max_new_tokens - depth
     if max_prompt < 1:
