@@ -42,36 +42,27 @@ log = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------------------- data
-@torch.no_grad()
 def generate_corpus(
     model: torch.nn.Module, prompts: list[list[int]], temperature: float, max_new_tokens: int,
-    batch_size: int, seed: int, pad_id: int, eos_ids: list[int], desc: str = "generate",
+    batch_size: int, seed: int, eos_ids: list[int], plan=None, desc: str = "generate",
 ) -> list[list[int]]:
-    """The target's answer (token ids, EOS included when it stopped) to each prompt.
+    """The target's answer (token ids, EOS included when it stopped) to each prompt, by
+    plain decoding through the engine in batches of prompts of similar length (the
+    engine's cache appends in place; Hugging Face's ``DynamicCache`` copies the whole
+    cache every step, which dominates at batch 24 and 300+ tokens)."""
+    from .decoding import SpeculativeDecoder
+    from .kernels import HF_PLAN
+    from .sampling import SamplingConfig
 
-    Prompts are sorted by length and left-padded per batch (less padding, the order of
-    the answers is the order of ``prompts``)."""
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     out: list[list[int] | None] = [None] * len(prompts)
-    dev = next(model.parameters()).device
-    gen_kwargs = {"do_sample": temperature > 0, "max_new_tokens": max_new_tokens, "pad_token_id": pad_id,
-                  "eos_token_id": list(eos_ids) or None}
-    if temperature > 0:
-        gen_kwargs.update(temperature=temperature, top_p=1.0, top_k=0)
     for start in tqdm(range(0, len(order), batch_size), desc=desc, unit="batch", leave=False):
         idx = order[start : start + batch_size]
-        width = max(len(prompts[i]) for i in idx)
-        ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
-        mask = torch.zeros(len(idx), width, dtype=torch.long)
-        for r, i in enumerate(idx):
-            ids[r, width - len(prompts[i]):] = torch.tensor(prompts[i])
-            mask[r, width - len(prompts[i]):] = 1
-        torch.manual_seed(seed + start)
-        gen = model.generate(input_ids=ids.to(dev), attention_mask=mask.to(dev), **gen_kwargs)
-        for r, i in enumerate(idx):
-            answer = gen[r, width:].tolist()
-            stop = next((j for j, t in enumerate(answer) if t in eos_ids), None)
-            out[i] = answer[: stop + 1] if stop is not None else answer
+        sampling = SamplingConfig(temperature=temperature, seed=seed + start)
+        dec = SpeculativeDecoder(model, None, sampling, eos_token_ids=eos_ids, plan=plan or HF_PLAN)
+        res = dec.generate([prompts[i] for i in idx], max_new_tokens)
+        for i, seq in zip(idx, res.sequences):
+            out[i] = seq.output_ids
     return [o for o in out]  # type: ignore[misc]
 
 
@@ -97,7 +88,16 @@ class CorpusSpec:
                 raise ValueError(f"corpus {k} must be an integer >= 1, got {v!r}")
 
 
-def build_corpus(target: LoadedModel, spec: CorpusSpec, path: str | Path) -> list[dict]:
+def corpus_dir(cache_dir: str | Path, target_name: str, spec: CorpusSpec) -> Path:
+    """Where a target's corpus for ``spec`` lives: one directory per (target, spec), so
+    every run of the same recipe reuses (or resumes) the same generation."""
+    import hashlib
+
+    key = hashlib.sha256(json.dumps(asdict(spec), sort_keys=True).encode()).hexdigest()[:12]
+    return Path(cache_dir) / "distill" / f"{target_name}-{key}"
+
+
+def build_corpus(target: LoadedModel, spec: CorpusSpec, path: str | Path, plan=None) -> list[dict]:
     """The target's answers to the training prompts, one JSON record per conversation in
     ``path`` (``ids``: the whole conversation as the target reads it, ``start``: index of
     the last answer's first token, ``temperature``, ``prompt``). Records are appended a
@@ -118,8 +118,6 @@ def build_corpus(target: LoadedModel, spec: CorpusSpec, path: str | Path) -> lis
             done[(rec["prompt"], rec["turn"], rec["temperature"])] = rec
     prompts = training_prompts(spec.prompts, seed=spec.seed)
     eos = eos_token_ids(target)
-    pad = target.tokenizer.pad_token_id if target.tokenizer is not None and target.tokenizer.pad_token_id is not None \
-        else (eos[0] if eos else 0)
     with path.open("a", encoding="utf-8") as f:
         for turn in range(max(len(p) for p in prompts)):
             for temp in spec.temperatures:
@@ -133,7 +131,7 @@ def build_corpus(target: LoadedModel, spec: CorpusSpec, path: str | Path) -> lis
                                    for t in range(turn)]
                         ids.append(encode(target, prompts[i][turn], history))
                     answers = generate_corpus(target.model, ids, temp, spec.max_new_tokens, len(idx),
-                                              spec.seed + 7919 * turn + start, pad, eos, desc="batch")
+                                              spec.seed + 7919 * turn + start, eos, plan=plan, desc="batch")
                     for i, prompt_ids, answer in zip(idx, ids, answers):
                         rec = {"prompt": i, "turn": turn, "temperature": temp, "ids": prompt_ids + answer,
                                "start": len(prompt_ids), "answer": answer}
@@ -397,3 +395,119 @@ def agreement(draft: DraftModel, target: torch.nn.Module, sequences: list[list[i
         total += len(want)
         assert len(got) == len(want) and L >= 2
     return hits / total if total else 0.0
+
+
+# ---------------------------------------------------------------------------- the recipe
+@dataclass
+class DistillPlan:
+    """One self-distillation run: the corpus, the vocabulary subset, and the drafts to
+    train (design -> number of layers)."""
+
+    corpus: CorpusSpec = field(default_factory=CorpusSpec)
+    designs: dict[str, int] = field(default_factory=lambda: {"feature": 1, "layers": 2})
+    vocab_size: int = 8192
+    heldout: float = 0.05
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def validate(self, target_vocab: int | None = None, target_layers: int | None = None) -> None:
+        from .draft_models import DESIGNS
+
+        self.corpus.validate()
+        self.train.validate()
+        if not self.designs:
+            raise ValueError(f"designs: give at least one of {list(DESIGNS)} with its number of layers")
+        for design, n in self.designs.items():
+            if design not in DESIGNS:
+                raise ValueError(f"designs: unknown draft design {design!r}; valid: {list(DESIGNS)}")
+            top = target_layers or n
+            if not isinstance(n, int) or not 1 <= n <= top:
+                raise ValueError(f"designs.{design}: number of layers must be in 1..{top}, got {n!r}")
+        top = target_vocab or self.vocab_size
+        if not isinstance(self.vocab_size, int) or not 1 <= self.vocab_size <= top:
+            raise ValueError(f"vocab_size must be an integer in 1..{top} (the target's vocabulary), "
+                             f"got {self.vocab_size!r}")
+        if not 0 < self.heldout < 1:
+            raise ValueError(f"heldout must be a share in (0, 1), got {self.heldout!r}")
+
+
+def split_records(records: list[dict], heldout: float) -> tuple[list[dict], list[dict]]:
+    """Train / held-out by prompt (every answer to a held-out prompt is held out)."""
+    prompts = sorted({r["prompt"] for r in records})
+    n_out = max(1, int(round(len(prompts) * heldout)))
+    out = set(prompts[-n_out:])
+    return [r for r in records if r["prompt"] not in out], [r for r in records if r["prompt"] in out]
+
+
+def cached_features(target: torch.nn.Module, records: list[dict], path: Path) -> list[torch.Tensor]:
+    """``target_features`` of every record, cached in ``path`` (keyed by record)."""
+    from safetensors.torch import load_file, save_file
+
+    keys = [f"{r['prompt']}/{r['turn']}/{r['temperature']}" for r in records]
+    have = load_file(str(path)) if path.is_file() else {}
+    missing = [i for i, k in enumerate(keys) if k not in have or have[k].shape[0] != len(records[i]["ids"])]
+    if missing:
+        feats = target_features(target, [records[i]["ids"] for i in missing])
+        have.update({keys[i]: f.contiguous() for i, f in zip(missing, feats)})
+        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+        save_file(have, str(tmp))
+        os.replace(tmp, path)
+    return [have[k] for k in keys]
+
+
+def distill(
+    target: LoadedModel, plan: DistillPlan, out_dir: str | Path, cache_dir: str | Path,
+    on_metrics: Callable[[dict[str, float], int | None], None] = lambda m, step: None,
+    recipe: dict | None = None, kernels=None,
+) -> dict[str, Path]:
+    """The whole recipe: corpus, features, vocabulary subset, n-gram corpus, then each
+    draft trained and saved in ``out_dir`` (``<design>.safetensors``, ``ngram.safetensors``).
+    Every stage is cached or checkpointed under ``cache_dir``: a re-run resumes."""
+    from .draft_models import build_draft, draft_size, save_draft
+    from .ngram_lm import write_corpus
+
+    plan.validate(target.vocab_size, target.num_layers)
+    out_dir, work = Path(out_dir), corpus_dir(cache_dir, target.name, plan.corpus)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    records = build_corpus(target, plan.corpus, work / "corpus.jsonl", plan=kernels)
+    train, held = split_records(records, plan.heldout)
+    answers = [r["answer"] for r in train]
+    on_metrics({"corpus_records": len(records), "corpus_answer_tokens": sum(len(a) for a in answers),
+                "heldout_records": len(held)}, None)
+    features = cached_features(target.model, train + held, work / "features.safetensors")
+    f_train, f_held = features[: len(train)], features[len(train):]
+    eos = eos_token_ids(target)
+    subset = vocab_subset(answers, plan.vocab_size, target.vocab_size, always=eos)
+    on_metrics({"vocab_coverage_train": coverage(answers, subset),
+                "vocab_coverage_heldout": coverage([r["answer"] for r in held], subset)}, None)
+    paths = {"ngram": out_dir / "ngram.safetensors"}
+    stream = [t for a in answers for t in (a if a and a[-1] in eos else a + eos[:1])]
+    write_corpus(paths["ngram"], stream, target.vocab_size, source=f"{target.name} answers to training prompts")
+    seqs, starts = [r["ids"] for r in train], [r["start"] for r in train]
+    held_seqs, held_starts = [r["ids"] for r in held], [r["start"] for r in held]
+    for design, n_layers in plan.designs.items():
+        torch.manual_seed(plan.train.seed)
+        draft = build_draft(target.model, design, n_layers, subset, target.name)
+        before = agreement(draft, target.model, held_seqs, f_held, held_starts)
+
+        def log_step(step: int, m: dict[str, float], design=design) -> None:
+            on_metrics({f"{design}/{k}": v for k, v in m.items()}, step)
+
+        key = hashlib_key({**asdict(plan), "design": design, "n_layers": n_layers})
+        state = train_draft(draft, seqs, f_train, plan.train, checkpoint=work / f"{design}-{key}.ckpt",
+                            on_step=log_step, desc=f"train {design}")
+        after = agreement(draft, target.model, held_seqs, f_held, held_starts)
+        metrics = {"heldout_agreement_untrained": before, "heldout_agreement": after,
+                   "train_seconds": state.seconds, "train_steps": state.step, **draft_size(draft)}
+        on_metrics({f"{design}/{k}": float(v) for k, v in metrics.items()}, None)
+        draft.meta.recipe = dict(recipe or {})
+        draft.meta.metrics = metrics
+        paths[design] = save_draft(draft, out_dir / f"{design}.safetensors")
+        log.info("%s draft: held-out agreement %.3f (untrained %.3f), %d steps in %.0f s -> %s", design, after,
+                 before, state.step, state.seconds, paths[design])
+    return paths
+
+
+def hashlib_key(obj: dict) -> str:
+    import hashlib
+
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:12]

@@ -12,7 +12,8 @@ runner instantiates these from ``_target_`` dicts; a notebook can construct them
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
+from pathlib import Path
 from typing import Any, Callable
 
 from .drafters.base import Drafter
@@ -37,14 +38,46 @@ class _TreeLevel:
         return TreeShape.parse(self.tree)
 
 
+ASSETS = Path(__file__).resolve().parent / "assets"
+EMBEDDED_ASSETS = {
+    "embedded-feature": "smollm2-135m.feature.safetensors",
+    "embedded-layers": "smollm2-135m.layers.safetensors",
+    "embedded": "smollm2-135m.ngram.safetensors",
+}
+"""Files shipped for the embedded target (stagedspec/assets/README.md says how each was made)."""
+
+
+def _asset_path(value: str, what: str, valid: tuple[str, ...]) -> Path:
+    if value in EMBEDDED_ASSETS and value in valid:
+        return ASSETS / EMBEDDED_ASSETS[value]
+    p = Path(value).expanduser()
+    if not p.is_file():
+        raise FileNotFoundError(f"{what} {value!r} does not exist (give a file, or one of {list(valid)})")
+    return p.resolve()
+
+
+@lru_cache(maxsize=4)
+def _corpus_lm(path: Path, mtime: float, vocab_size: int, order: int):
+    """The n-gram counts of a token-id corpus file, counted once per process."""
+    from .ngram_lm import KatzBackoffLM, read_corpus
+
+    lm = KatzBackoffLM(vocab_size, order)
+    lm.update(read_corpus(path, vocab_size))
+    return lm
+
+
 @dataclass
 class NgramLevel(_TreeLevel):
-    """Katz-backoff n-gram LM over token ids (the prompt so far, plus an optional corpus)."""
+    """Katz-backoff n-gram LM over token ids: the row's own text so far, on top of
+    optional fixed counts (``corpus``: a token-id file of the target's own outputs, as
+    ``python -m stagedspec.distill`` writes; ``corpus_file``: a text file)."""
 
     k: int = 4
     order: int = 3
+    corpus: str | None = None
+    """A token-id corpus file, "embedded" (the one shipped for the embedded target) or null."""
     corpus_file: str | None = None
-    """Optional text file whose tokenization seeds the n-gram counts."""
+    """Optional text file whose tokenization is added to the fixed counts."""
     tree: Any = None
     name: str = "ngram"
 
@@ -52,28 +85,33 @@ class NgramLevel(_TreeLevel):
         _check_k(self.name, self.k)
         if not isinstance(self.order, int) or self.order < 1:
             raise ValueError(f"level {self.name!r}: order must be an integer >= 1, got {self.order!r}")
-        if self.corpus_file is not None:
-            from pathlib import Path
-
-            if not Path(self.corpus_file).is_file():
-                raise FileNotFoundError(f"level {self.name!r}: corpus_file {self.corpus_file!r} does not exist")
+        if self.corpus_file is not None and not Path(self.corpus_file).is_file():
+            raise FileNotFoundError(f"level {self.name!r}: corpus_file {self.corpus_file!r} does not exist")
+        if self.corpus is not None:
+            _asset_path(self.corpus, f"level {self.name!r}: corpus", ("embedded",))
         self.shape  # parsing is the check
 
     def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
         from .drafters.ngram import KatzNgramDrafter
+        from .ngram_lm import KatzBackoffLM
 
         if lower is not None:
             raise ValueError(f"level {self.name!r}: an n-gram level must be the lowest level of a hierarchy")
-        corpus: list[int] = []
+        base = None
+        if self.corpus is not None:
+            path = _asset_path(self.corpus, f"level {self.name!r}: corpus", ("embedded",))
+            try:
+                base = _corpus_lm(path, path.stat().st_mtime, target.vocab_size, self.order)
+            except ValueError as e:
+                raise ValueError(f"level {self.name!r}: {e}") from None
         if self.corpus_file is not None:
             if target.tokenizer is None:
                 raise ValueError(f"level {self.name!r}: corpus_file needs a target with a tokenizer")
-            from pathlib import Path
-
-            corpus = target.tokenizer.encode(Path(self.corpus_file).read_text(), add_special_tokens=False)
+            text_lm = KatzBackoffLM(target.vocab_size, self.order, base=base)
+            text_lm.update(target.tokenizer.encode(Path(self.corpus_file).read_text(), add_special_tokens=False))
+            base = text_lm
         return KatzNgramDrafter(
-            vocab_size=target.vocab_size, k=self.k, order=self.order, corpus=corpus,
-            tree=self.shape, name=self.name,
+            vocab_size=target.vocab_size, k=self.k, order=self.order, base=base, tree=self.shape, name=self.name,
         )
 
 
@@ -135,7 +173,52 @@ class ModelLevel(_TreeLevel):
         return ModelDrafter(small.model, k=self.k, lower=lower, tree=self.shape, name=self.name)
 
 
-LEVEL_TYPES = (NgramLevel, PromptLookupLevel, ModelLevel)
+@dataclass
+class TrainedLevel(_TreeLevel):
+    """A draft trained for the target by ``python -m stagedspec.distill`` (``draft_models.py``):
+    an EAGLE-style feature draft, which reads the target's hidden states and so drafts only
+    for the target itself, or a layer draft, a small causal LM that can also draft through
+    a lower level."""
+
+    weights: str = "embedded-feature"
+    """A weights file, or "embedded-feature" / "embedded-layers" (shipped for the embedded target)."""
+    k: int = 4
+    tree: Any = None
+    name: str = "draft"
+
+    @property
+    def path(self) -> Path:
+        return _asset_path(self.weights, f"level {self.name!r}: weights", ("embedded-feature", "embedded-layers"))
+
+    @cached_property
+    def meta(self):
+        from .draft_models import read_meta
+
+        return read_meta(self.path)
+
+    @property
+    def reads_features(self) -> bool:
+        return self.meta.design == "feature"
+
+    def validate(self) -> None:
+        _check_k(self.name, self.k)
+        self.meta  # the file exists and is a trained draft: checked without loading tensors
+        self.shape
+
+    def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
+        from .draft_models import load_draft
+        from .drafters.feature import FeatureDrafter
+        from .drafters.model import ModelDrafter
+
+        draft = load_draft(self.path, target.model, target.name)  # refuses a draft of another target
+        if draft.design == "feature":
+            if lower is not None:
+                raise ValueError(f"level {self.name!r}: a feature draft cannot draft through a lower level")
+            return FeatureDrafter(draft, k=self.k, tree=self.shape, name=self.name)
+        return ModelDrafter(draft, k=self.k, lower=lower, tree=self.shape, name=self.name)
+
+
+LEVEL_TYPES = (NgramLevel, PromptLookupLevel, ModelLevel, TrainedLevel)
 
 
 def validate_levels(levels: list[Any]) -> None:
@@ -146,9 +229,16 @@ def validate_levels(levels: list[Any]) -> None:
         if not isinstance(lv, LEVEL_TYPES):
             raise TypeError(f"unknown level type {type(lv).__name__}; valid: {[t.__name__ for t in LEVEL_TYPES]}")
         lv.validate()
+    for lv in levels[:-1]:
+        if getattr(lv, "reads_features", False):
+            raise ValueError(f"level {lv.name!r} is a feature draft: it reads the target's hidden states, so it "
+                             "must be the level drafting for the target (the highest stage)")
     for lower, lv in zip(levels, levels[1:]):
         if isinstance(lv, (NgramLevel, PromptLookupLevel)):
             raise ValueError(f"level {lv.name!r} ({type(lv).__name__}) can only be the lowest level")
+        if getattr(lv, "reads_features", False):
+            raise ValueError(f"level {lv.name!r} is a feature draft: it cannot draft through the level "
+                             f"{lower.name!r} below it (drop it: levels.{lower.name}=null)")
         # a level drafting through a lower one offers the chain its inner decoding produced
         # (drafters/model.py); refuse a tree here, before any model is loaded
         if getattr(lv, "tree", None) is not None:

@@ -32,13 +32,20 @@ class KatzBackoffLM:
     token always has mass and an empty model is uniform.
     """
 
-    def __init__(self, vocab_size: int, order: int = 3) -> None:
+    def __init__(self, vocab_size: int, order: int = 3, base: "KatzBackoffLM | None" = None) -> None:
+        """``base``: a fixed LM (e.g. counted once over a large corpus of the target's own
+        outputs) whose counts are added to this one's at every look-up, so many rows can
+        share one corpus without copying it; it must not change while in use."""
         if not isinstance(vocab_size, int) or vocab_size < 1:
             raise ValueError(f"vocab_size must be an int >= 1, got {vocab_size!r}")
         if not isinstance(order, int) or order < 1:
             raise ValueError(f"order must be an int >= 1, got {order!r}")
+        if base is not None and (base.vocab_size != vocab_size or base.order != order):
+            raise ValueError(f"base LM has vocab_size {base.vocab_size} and order {base.order}; "
+                             f"this one has {vocab_size} and {order}")
         self.vocab_size = vocab_size
         self.order = order
+        self.base = base
         self.reset()
 
     # ------------------------------------------------------------------ counting
@@ -115,7 +122,10 @@ class KatzBackoffLM:
         cached = self._disc_cache[k]
         if cached is not None:
             return cached
-        coc = self._coc[k]
+        # With a base LM the counts-of-counts are summed: not those of the merged counts (a
+        # k-gram seen in both is counted twice), but a smoothing heuristic needs no more; q
+        # stays a proper distribution either way, and exactness never depends on q's values.
+        coc = self._coc[k] + self.base._coc[k] if self.base is not None else self._coc[k]
         table = torch.ones(KATZ_K + 2, dtype=torch.float64)
         n1 = coc.get(1, 0)
         A = (KATZ_K + 1) * coc.get(KATZ_K + 1, 0) / n1 if n1 else None
@@ -133,13 +143,30 @@ class KatzBackoffLM:
 
     # ------------------------------------------------------------------ distribution
 
-    def _base(self) -> torch.Tensor:
-        """Add-one unigram over the whole vocabulary (float64)."""
+    def _unigram_counts(self) -> torch.Tensor:
         if self._pending:
             idx = torch.tensor(self._pending, dtype=torch.long)
             self._unigram.index_add_(0, idx, torch.ones(len(idx), dtype=torch.float64))
             self._pending = []
-        return (self._unigram + 1.0) / (self.num_tokens + self.vocab_size)
+        return self._unigram
+
+    def _base(self) -> torch.Tensor:
+        """Add-one unigram over the whole vocabulary (float64)."""
+        counts, n = self._unigram_counts(), self.num_tokens
+        if self.base is not None:
+            counts, n = counts + self.base._unigram_counts(), n + self.base.num_tokens
+        return (counts + 1.0) / (n + self.vocab_size)
+
+    def _continuations(self, k: int, h: tuple[int, ...]) -> tuple[dict[int, int] | None, int]:
+        """c(h, w) for every seen w, and c(h), with the base LM's counts added."""
+        own = self._cont[k].get(h)
+        theirs = self.base._cont[k].get(h) if self.base is not None else None
+        if not theirs:
+            return own, self._hist[k].get(h, 0)
+        merged = dict(theirs)
+        for w, c in (own or {}).items():
+            merged[w] = merged.get(w, 0) + c
+        return merged, self.base._hist[k][h] + self._hist[k].get(h, 0)
 
     def distribution(self, context: list[int]) -> torch.Tensor:
         """P(next | last order-1 tokens of ``context``): float32 [vocab_size], all > 0.
@@ -157,10 +184,9 @@ class KatzBackoffLM:
             if len(ctx) < k - 1:
                 break
             h = tuple(int(t) for t in ctx[len(ctx) - (k - 1):])
-            conts = self._cont[k].get(h)
+            conts, c_h = self._continuations(k, h)
             if not conts:
                 continue
-            c_h = self._hist[k][h]
             ids = torch.tensor(list(conts.keys()), dtype=torch.long)
             counts = torch.tensor(list(conts.values()), dtype=torch.float64)
             d = self._discount_table(k)[counts.long().clamp(max=KATZ_K + 1)]
@@ -190,6 +216,34 @@ class KatzBackoffLM:
         if not contexts:
             return torch.empty(0, self.vocab_size, dtype=torch.float32)
         return torch.stack([self.distribution(c) for c in contexts])
+
+
+# ---------------------------------------------------------------------- corpus files
+
+
+def write_corpus(path, tokens: list[int], vocab_size: int, source: str = "") -> None:
+    """A token-id corpus for an n-gram level (int32 safetensors, with its vocabulary size)."""
+    from safetensors.torch import save_file
+
+    save_file({"tokens": torch.tensor(tokens, dtype=torch.int32)}, str(path),
+              metadata={"vocab_size": str(vocab_size), "source": source})
+
+
+def read_corpus(path, vocab_size: int) -> list[int]:
+    """The token ids of a corpus file; refuses one made for another vocabulary."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            tokens = f.get_tensor("tokens")
+    except Exception as e:
+        raise ValueError(f"n-gram corpus {str(path)!r} is unreadable (not a token-id corpus file): {e}") from None
+    have = int(meta.get("vocab_size", -1))
+    if have != vocab_size:
+        raise ValueError(f"n-gram corpus {str(path)!r} was made for a vocabulary of {have} tokens; "
+                         f"the target has {vocab_size}")
+    return tokens.tolist()
 
 
 # ---------------------------------------------------------------------- prompt lookup

@@ -23,11 +23,12 @@ class KatzNgramDrafter(Drafter):
     """
 
     def __init__(
-        self, vocab_size: int, k: int = 4, order: int = 3, corpus: list[int] | None = None,
+        self, vocab_size: int, k: int = 4, order: int = 3, base: KatzBackoffLM | None = None,
         tree: TreeShapeT = None, name: str = "ngram",
     ) -> None:
+        """``base``: fixed counts (a corpus) every row's LM adds to its own, shared, not copied."""
         self.vocab_size, self.k, self.order, self.tree, self.name = vocab_size, k, order, tree, name
-        self.corpus = list(corpus or [])
+        self.base = base
         self.calls = 0
         self.seconds = 0.0
         self.reset(0)
@@ -37,10 +38,7 @@ class KatzNgramDrafter(Drafter):
         self.seen: list[list[int]] = [[] for _ in range(batch_size)]
 
     def _fresh(self) -> KatzBackoffLM:
-        lm = KatzBackoffLM(self.vocab_size, self.order)
-        if self.corpus:
-            lm.update(self.corpus)
-        return lm
+        return KatzBackoffLM(self.vocab_size, self.order, base=self.base)
 
     def keep_rows(self, rows: list[int]) -> None:
         self.lms = [self.lms[r] for r in rows]
