@@ -30,6 +30,7 @@ LEVEL_TARGETS = (
     "stagedspec.hierarchy.NgramLevel",
     "stagedspec.hierarchy.PromptLookupLevel",
     "stagedspec.hierarchy.ModelLevel",
+    "stagedspec.hierarchy.TrainedLevel",
 )
 ALLOWED_TARGETS = LEVEL_TARGETS + ("stagedspec.models.ModelSpec", "stagedspec.sampling.SamplingConfig")
 

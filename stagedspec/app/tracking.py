@@ -117,14 +117,15 @@ class Tracker:
 
     def log(
         self, run_id: str, params: dict[str, Any] | None = None, metrics: dict[str, float] | None = None,
-        tags: dict[str, Any] | None = None,
+        tags: dict[str, Any] | None = None, step: int = 0,
     ) -> None:
         from mlflow.entities import Metric, Param, RunTag
         from mlflow.utils.time import get_current_time_millis
 
         now = get_current_time_millis()
         p = [Param(k, _param_value(k, v)) for k, v in (params or {}).items()]
-        m = [Metric(k, float(v), now, 0) for k, v in (metrics or {}).items() if v is not None and not math.isnan(float(v))]
+        m = [Metric(k, float(v), now, step) for k, v in (metrics or {}).items()
+             if v is not None and not math.isnan(float(v))]
         t = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
         for i in range(0, max(len(p), len(m), len(t)), 100):  # MLflow caps a batch at 100 params/tags
             self.client.log_batch(run_id, metrics=m[i : i + 100], params=p[i : i + 100], tags=t[i : i + 100])

@@ -1,0 +1,5 @@
+"""``python -m stagedspec.distill``: train drafts for a target, ``stagedspec.app.distill``."""
+from stagedspec.app.distill import main
+
+if __name__ == "__main__":
+    main()

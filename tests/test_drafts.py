@@ -1,0 +1,270 @@
+"""Trained drafts (draft_models.py, drafters/feature.py, distillation.py): exact decoding
+through them, the weights file and its refusals, the n-gram corpus counts, and a short
+run of the distillation recipe that must beat the untrained draft."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+from stagedspec.decoding import SpeculativeDecoder
+from stagedspec.distillation import (
+    TrainConfig, agreement, generate_corpus, target_features, train_draft, vocab_subset,
+)
+from stagedspec.draft_models import build_draft, load_draft, read_meta, save_draft
+from stagedspec.drafters import KatzNgramDrafter, ModelDrafter
+from stagedspec.drafters.feature import FeatureDrafter
+from stagedspec.kernels import KernelPlan
+from stagedspec.ngram_lm import KatzBackoffLM, read_corpus, write_corpus
+from stagedspec.sampling import SamplingConfig
+from stagedspec.tree import TreeShape
+
+from .helpers import hf_greedy, tiny_target
+from .test_greedy_exact import N_NEW, _prompts, _reference
+from .test_sampling_exact import V, chi2, chi2_critical
+
+FAST = KernelPlan(name="test", linear=("linear", "mkldnn", "linear", "mkl4"), gqa_packing=True, slot_cache=True,
+                  lean_layers=True)
+
+
+@functools.lru_cache(maxsize=None)
+def _drafts():
+    target = tiny_target()
+    torch.manual_seed(0)
+    subset = torch.arange(0, 128, 2)  # half the vocabulary: q is 0 on the odd ids
+    return build_draft(target.model, "feature", 1, subset), build_draft(target.model, "layers", 1, torch.arange(128))
+
+
+@pytest.mark.parametrize("plan", [None, FAST], ids=["hf", "fast"])
+@pytest.mark.parametrize("make", [
+    lambda f, l, V: FeatureDrafter(f, k=4),
+    lambda f, l, V: FeatureDrafter(f, tree=TreeShape.parse({"widths": [2, 2, 1]})),
+    lambda f, l, V: FeatureDrafter(f, tree=TreeShape.parse({"dynamic": {"budget": 8, "topk": 3, "depth": 4}})),
+    lambda f, l, V: ModelDrafter(l, k=3),
+    lambda f, l, V: ModelDrafter(l, k=4, lower=KatzNgramDrafter(V, k=2)),
+], ids=["feature-chain", "feature-tree", "feature-dynamic", "layers", "ngram>layers"])
+def test_trained_drafts_greedy_equal_hf(make, plan):
+    target = tiny_target()
+    feature, layers = _drafts()
+    kw = {} if plan is None else {"plan": plan}
+    for batch in (1, 5):
+        dec = SpeculativeDecoder(target.model, make(feature, layers, target.vocab_size), SamplingConfig(), **kw)
+        res = dec.generate(_prompts(8)[:batch], N_NEW)
+        assert [s.output_ids for s in res.sequences] == [list(r) for r in _reference(8)][:batch]
+
+
+def test_feature_draft_must_draft_for_the_target():
+    target = tiny_target()
+    feature, layers = _drafts()
+    with pytest.raises(ValueError, match="hidden states"):
+        SpeculativeDecoder(target.model, ModelDrafter(layers, k=2, lower=FeatureDrafter(feature, k=2)))
+
+
+def test_weights_file_round_trip_and_refusals(tmp_path):
+    target = tiny_target()
+    feature, _ = _drafts()
+    path = save_draft(feature, tmp_path / "f.safetensors")
+    again = load_draft(path, target.model)
+    for k, v in feature.trainable_state().items():  # stored in float16
+        torch.testing.assert_close(again.trainable_state()[k], v.half().float())
+    assert torch.equal(again.vocab_map, feature.vocab_map) and read_meta(path).design == "feature"
+    # another target: another hidden size and vocabulary
+    other = tiny_target(vocab=64, seed=3).model
+    with pytest.raises(ValueError, match=r"f\.safetensors.*another target.*vocab_size 128 \(file\) vs 64"):
+        load_draft(path, other)
+    with pytest.raises(FileNotFoundError, match="nope.safetensors"):
+        load_draft(tmp_path / "nope.safetensors", target.model)
+    cut = tmp_path / "cut.safetensors"
+    cut.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(ValueError, match="cut.safetensors.*(truncated|unreadable)"):
+        load_draft(cut, target.model)
+    # a vocabulary subset that does not fit the target
+    bad = build_draft(target.model, "feature", 1, torch.arange(10))
+    bad.vocab_map = torch.arange(120, 130)
+    save_draft(bad, tmp_path / "bad.safetensors")
+    with pytest.raises(ValueError, match=r"bad.safetensors.*vocab_map.*\[0, 128\).*120\.\.129"):
+        load_draft(tmp_path / "bad.safetensors", target.model)
+
+
+def test_ngram_corpus_counts_are_shared_not_copied(tmp_path):
+    import random
+
+    rng = random.Random(0)
+    corpus = [rng.randrange(30) for _ in range(400)]
+    row = [rng.randrange(30) for _ in range(50)]
+    write_corpus(tmp_path / "c.safetensors", corpus, 30)
+    assert read_corpus(tmp_path / "c.safetensors", 30) == corpus
+    with pytest.raises(ValueError, match="vocabulary of 30 tokens; the target has 64"):
+        read_corpus(tmp_path / "c.safetensors", 64)
+    base = KatzBackoffLM(30, 3)
+    base.update(corpus)
+    n_base = {k: len(base._cont[k]) for k in (2, 3)}
+    alone = KatzBackoffLM(30, 3)
+    alone.update(row)
+    over = KatzBackoffLM(30, 3, base=base)
+    over.update(row)
+    for k in (2, 3):  # every history's continuation counts are the sum of both streams'
+        for h in set(base._cont[k]) | set(alone._cont[k]):
+            merged, c_h = over._continuations(k, h)
+            want: dict[int, int] = dict(base._cont[k].get(h, {}))
+            for w, c in alone._cont[k].get(h, {}).items():
+                want[w] = want.get(w, 0) + c
+            assert merged == want and c_h == sum(want.values())
+    p = over.distribution(row[-2:])
+    assert abs(float(p.sum()) - 1.0) < 1e-5 and float(p.min()) > 0
+    assert {k: len(base._cont[k]) for k in (2, 3)} == n_base  # the row's counts never reach the base
+
+
+# ---------------------------------------------------------------------------- sampling
+PROMPT = [1, 5, 2, 5, 2]
+
+
+@functools.lru_cache(maxsize=None)
+def _peaked():
+    """The sampling test's target (8 tokens, peaked) and drafts around it."""
+    target = tiny_target(vocab=V, layers=2, seed=0, init=0.3)
+    torch.manual_seed(1)
+    feature = build_draft(target.model, "feature", 1, torch.tensor([0, 1, 2, 3, 5, 6]))  # q = 0 on 4 and 7
+    layers = build_draft(target.model, "layers", 1, torch.arange(V))
+    return target, feature, layers
+
+
+def exact_positions_3_4(cfg: SamplingConfig) -> torch.Tensor:
+    """The exact joint of the 3rd and 4th emitted tokens, by enumerating all 8^4 paths."""
+    from stagedspec.sampling import probabilities
+
+    target = _peaked()[0].model
+    paths = torch.tensor([[a] for a in range(V)])
+    weight = torch.ones(V)
+    with torch.no_grad():
+        p = probabilities(target(torch.tensor([PROMPT])).logits[0, -1], cfg)
+        weight = p.clone()
+        for _ in range(3):
+            ctx = torch.cat([torch.tensor(PROMPT).expand(len(paths), -1), paths], 1)
+            nxt = probabilities(target(ctx).logits[:, -1], cfg)  # [n, V]
+            weight = (weight[:, None] * nxt).flatten()
+            paths = torch.cat([paths.repeat_interleave(V, 0), torch.arange(V).repeat(len(paths))[:, None]], 1)
+    joint = torch.zeros(V * V)
+    joint.index_add_(0, paths[:, 2] * V + paths[:, 3], weight)
+    return joint
+
+
+def draw_positions_3_4(factory, cfg: SamplingConfig, n: int, batch: int = 1000) -> torch.Tensor:
+    target = _peaked()[0]
+    counts = torch.zeros(V * V)
+    for i in range(n // batch):
+        dec = SpeculativeDecoder(target.model, factory(), SamplingConfig(
+            temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p, seed=cfg.seed + i))
+        for s in dec.generate([PROMPT] * batch, 4).sequences:
+            counts[s.output_ids[2] * V + s.output_ids[3]] += 1
+    return counts
+
+
+@pytest.mark.parametrize("factory,cfg", [
+    (lambda: FeatureDrafter(_peaked()[1], k=3), SamplingConfig(temperature=1.0, seed=21)),
+    (lambda: FeatureDrafter(_peaked()[1], tree=TreeShape.parse({"widths": [2, 2]})),
+     SamplingConfig(temperature=0.7, top_p=0.9, seed=22)),
+    (lambda: ModelDrafter(_peaked()[2], k=3, lower=KatzNgramDrafter(V, k=2, order=2)),
+     SamplingConfig(temperature=1.0, seed=23)),
+], ids=["feature-chain", "feature-tree-t0.7-topp", "ngram>layers"])
+def test_trained_drafts_sample_the_target_at_positions_3_and_4(factory, cfg):
+    """Chi-square (N = 6000, alpha = 1e-4) of the joint of the 3rd and 4th tokens: drafts of
+    3 tokens, so these come from accepted drafts, residuals and bonus tokens alike."""
+    stat, df = chi2(draw_positions_3_4(factory, cfg, 6000), exact_positions_3_4(cfg))
+    assert stat < chi2_critical(df), f"chi2={stat:.1f} df={df} crit={chi2_critical(df):.1f}"
+
+
+# ---------------------------------------------------------------------------- the recipe
+def _tiny_corpus(n: int, seed: int):
+    target = tiny_target()
+    g = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(0, 128, (int(torch.randint(4, 16, (1,), generator=g)),), generator=g).tolist()
+               for _ in range(n)]
+    answers = generate_corpus(target.model, prompts, 0.0, 48, 16, seed, [])
+    seqs = [p + a for p, a in zip(prompts, answers)]
+    return seqs, [len(p) for p in prompts], target_features(target.model, seqs)
+
+
+@pytest.mark.parametrize("design", ["feature", "layers"])
+def test_training_improves_agreement_and_acceptance(design):
+    """A short run of the recipe on a tiny target: held-out top-1 agreement and the
+    engine's acceptance both rise above the untrained draft's."""
+    target = tiny_target()
+    seqs, starts, feats = _tiny_corpus(80, 0)
+    held, held_starts, held_feats = _tiny_corpus(12, 1)
+    subset = vocab_subset([s[st:] for s, st in zip(seqs, starts)], 96, 128)
+    torch.manual_seed(0)
+    draft = build_draft(target.model, design, 1, subset)
+
+    def accept_rate() -> float:
+        drafter = FeatureDrafter(draft, k=3) if design == "feature" else ModelDrafter(draft, k=3)
+        res = SpeculativeDecoder(target.model, drafter, SamplingConfig()).generate(
+            [s[:st] for s, st in zip(held, held_starts)], 32)
+        return res.summary()["acceptance_rate"]
+
+    before, acc_before = agreement(draft, target.model, held, held_feats, held_starts), accept_rate()
+    state = train_draft(draft, seqs, feats, TrainConfig(epochs=6, batch_tokens=1024, lr=3e-3, checkpoint_every=10**6))
+    after, acc_after = agreement(draft, target.model, held, held_feats, held_starts), accept_rate()
+    assert state.losses[-1] < state.losses[0]
+    assert after > before + 0.05, (before, after)
+    assert acc_after > acc_before, (acc_before, acc_after)
+
+
+def test_training_resumes_from_its_checkpoint(tmp_path):
+    """Killed after its last checkpoint, a run resumes there and ends where an
+    uninterrupted run ends."""
+    target = tiny_target()
+    seqs, _, feats = _tiny_corpus(30, 2)
+    cfg = TrainConfig(epochs=2, batch_tokens=512, lr=1e-3, checkpoint_every=3)
+
+    def fresh():
+        torch.manual_seed(0)
+        return build_draft(target.model, "layers", 1, torch.arange(128))
+
+    whole = fresh()
+    train_draft(whole, seqs, feats, cfg)
+    part = fresh()
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_4(step, metrics):
+        if step == 4:
+            raise Stop
+
+    with pytest.raises(Stop):
+        train_draft(part, seqs, feats, cfg, checkpoint=tmp_path / "c.pt", on_step=stop_at_4)
+    resumed = fresh()
+    state = train_draft(resumed, seqs, feats, cfg, checkpoint=tmp_path / "c.pt")
+    assert state.step == state.total_steps
+    for k, v in whole.trainable_state().items():
+        torch.testing.assert_close(resumed.trainable_state()[k], v, atol=1e-5, rtol=1e-4)
+
+
+def test_feature_drafts_read_the_targets_true_features():
+    """Each round's first draft token equals what the draft predicts offline from the
+    target's true hidden states of the final text: the decoder hands the feature draft
+    the right states (tail and accepted path), and provisional ones never linger."""
+    target = tiny_target()
+    feature, _ = _drafts()
+    proposed: list[tuple[int, int]] = []  # (context length, first draft token)
+
+    class Recording(FeatureDrafter):
+        def propose(self, contexts, features=None):
+            trees = super().propose(contexts, features)
+            proposed.extend((len(c), t.tokens[0]) for c, t in zip(contexts, trees) if len(t))
+            return trees
+
+    prompt = _prompts(3)[2]
+    seq = SpeculativeDecoder(target.model, Recording(feature, k=3), SamplingConfig()).generate([prompt], N_NEW)
+    full = prompt + seq.sequences[0].output_ids
+    (f,) = target_features(target.model, [full])
+    with torch.no_grad():
+        inputs = feature.feature_inputs(torch.tensor([full[1:]]), f[None, :-1].float())
+        out = feature.lm.model(inputs_embeds=inputs).last_hidden_state[0]
+        offline = feature.vocab_map[feature.lm.lm_head(out).argmax(-1)]  # slot t -> token t + 2
+    assert len(proposed) > 5
+    for length, token in proposed:
+        assert token == int(offline[length - 2]), length
