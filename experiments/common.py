@@ -34,8 +34,34 @@ def setup(args) -> tuple[LoadedModel, list[list[int]], list[str]]:
     return target, prompts, [q.category for q in qs]
 
 
-def hf_generate(model, prompt: list[int], n: int, **kw) -> list[int]:
+def hf_generate(model, prompt: list[int], n: int, eos: list[int] | None = None, temperature: float = 0.0,
+                **kw) -> list[int]:
+    """Hugging Face ``generate``: greedy at temperature 0, else sampled (no top-k/top-p)."""
     ids = torch.tensor([prompt], device=model.device)
-    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False,
-                         eos_token_id=None, pad_token_id=0, **kw)
-    return out[0, len(prompt):].tolist()
+    sample = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature > 0 else \
+        {"do_sample": False}
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, eos_token_id=eos or None,
+                         pad_token_id=0, **sample, **kw)
+    new = out[0, len(prompt):].tolist()
+    stop = next((i for i, t in enumerate(new) if eos and t in eos), None)
+    return new if stop is None else new[: stop + 1]
+
+
+def geomean_ci(ratios: list[float], n_boot: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """Geometric mean of per-prompt ratios and a bootstrap 95% interval (prompts resampled)."""
+    logs = torch.tensor(ratios, dtype=torch.float64).log()
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, len(logs), (n_boot, len(logs)), generator=g)
+    boots = logs[idx].mean(1).exp().sort().values
+    return float(logs.mean().exp()), float(boots[int(0.025 * n_boot)]), float(boots[int(0.975 * n_boot) - 1])
+
+
+def per_token_alpha(sequences) -> float:
+    """accepted / (accepted + rejections): each round that stopped before the end of its
+    draft had one rejection; a consistent estimate of per-token acceptance for chains."""
+    acc = rej = 0
+    for s in sequences:
+        for r in s.rounds:
+            acc += r.accepted_depth
+            rej += r.accepted_depth < r.tree_nodes
+    return acc / (acc + rej) if acc + rej else 0.0

@@ -269,3 +269,25 @@ def test_feature_drafts_read_the_targets_true_features():
     assert len(roots) > 5 and any(r.accepted_depth > 0 for r in seq.sequences[0].rounds)
     for length, logits in roots:
         torch.testing.assert_close(logits[feature.vocab_map], offline[length - 2], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_recipe_short_run_on_the_embedded_target(embedded_model, tmp_path):
+    """The shipped drafts' recipe (``distillation.distill``, what ``python -m
+    stagedspec.distill`` runs), cut to a few prompts and steps: it trains from scratch,
+    beats the untrained draft on held-out answers, and writes files the level loads."""
+    from stagedspec.distillation import CorpusSpec, DistillPlan, distill
+    from stagedspec.hierarchy import NgramLevel, TrainedLevel
+
+    seen: dict[str, float] = {}
+    plan = DistillPlan(corpus=CorpusSpec(prompts=12, temperatures=(0.0,), max_new_tokens=32, batch_size=12),
+                       designs={"feature": 1}, vocab_size=2048, heldout=0.25,
+                       train=TrainConfig(epochs=8, batch_tokens=2048, lr=2e-3, warmup_steps=2))
+    paths = distill(embedded_model, plan, tmp_path / "out", tmp_path / "cache",
+                    on_metrics=lambda m, step: seen.update(m) if step is None else None)
+    assert seen["feature/heldout_agreement"] > seen["feature/heldout_agreement_untrained"] + 0.05, seen
+    meta = read_meta(paths["feature"])
+    assert meta.metrics["heldout_agreement"] == seen["feature/heldout_agreement"] and meta.n_layers == 1
+    drafter = TrainedLevel(weights=str(paths["feature"]), k=3).build(None, embedded_model, None)
+    ngram = NgramLevel(corpus=str(paths["ngram"])).build(None, embedded_model, None)
+    assert drafter.wants_features and ngram.base.num_tokens > 100
