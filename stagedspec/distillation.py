@@ -71,18 +71,20 @@ class CorpusSpec:
     """What ``build_corpus`` generates: ``prompts`` training prompts (``training_prompts``
     with ``seed``), each answered at every temperature in ``temperatures``."""
 
-    prompts: int = 600
+    prompts: int = 400
     temperatures: tuple[float, ...] = (0.0, 0.7)
     max_new_tokens: int = 256
-    batch_size: int = 16
+    batch_size: int = 48
     seed: int = 0
+    turns: int = 1
+    """Turns answered per prompt (a quarter of the training prompts have a follow-up turn)."""
 
     def validate(self) -> None:
         if not isinstance(self.prompts, int) or self.prompts < 1:
             raise ValueError(f"corpus prompts must be an integer >= 1, got {self.prompts!r}")
         if not self.temperatures or any(not isinstance(t, (int, float)) or t < 0 for t in self.temperatures):
             raise ValueError(f"corpus temperatures must be a non-empty list of numbers >= 0, got {self.temperatures!r}")
-        for k in ("max_new_tokens", "batch_size"):
+        for k in ("max_new_tokens", "batch_size", "turns"):
             v = getattr(self, k)
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"corpus {k} must be an integer >= 1, got {v!r}")
@@ -119,7 +121,7 @@ def build_corpus(target: LoadedModel, spec: CorpusSpec, path: str | Path, plan=N
     prompts = training_prompts(spec.prompts, seed=spec.seed)
     eos = eos_token_ids(target)
     with path.open("a", encoding="utf-8") as f:
-        for turn in range(max(len(p) for p in prompts)):
+        for turn in range(min(spec.turns, max(len(p) for p in prompts))):
             for temp in spec.temperatures:
                 todo = [i for i, p in enumerate(prompts) if len(p) > turn and (i, turn, temp) not in done]
                 for start in tqdm(range(0, len(todo), spec.batch_size), desc=f"turn {turn + 1} T={temp}",
