@@ -123,10 +123,14 @@ def build_corpus(target: LoadedModel, spec: CorpusSpec, path: str | Path, plan=N
     with path.open("a", encoding="utf-8") as f:
         for turn in range(min(spec.turns, max(len(p) for p in prompts))):
             for temp in spec.temperatures:
-                todo = [i for i, p in enumerate(prompts) if len(p) > turn and (i, turn, temp) not in done]
-                for start in tqdm(range(0, len(todo), spec.batch_size), desc=f"turn {turn + 1} T={temp}",
+                # batches are fixed by the spec, so a resumed run makes the same batches (and
+                # draws the same samples) as one that was never interrupted
+                rows = [i for i, p in enumerate(prompts) if len(p) > turn]
+                for start in tqdm(range(0, len(rows), spec.batch_size), desc=f"turn {turn + 1} T={temp}",
                                   unit="batch", leave=False):
-                    idx = todo[start : start + spec.batch_size]
+                    idx = rows[start : start + spec.batch_size]
+                    if all((i, turn, temp) in done for i in idx):
+                        continue
                     ids = []
                     for i in idx:
                         history = [(prompts[i][t], ids_to_text(target, done[(i, t, temp)]["answer"]))
