@@ -39,12 +39,41 @@ def time_forward(kv: KVModel, context: list[int], n: int) -> float:
     return dt
 
 
+def mismatches(target, hf_model, plan, prompts: list[list[int]], n_new: int) -> list[dict]:
+    """Greedy through ``plan`` vs Hugging Face ``generate``: per prompt, the first position
+    where they differ (None when identical) and the target's top-2 logit gap there,
+    computed through Hugging Face's path on the common prefix (a near-tie, not a bug,
+    when the gap is within the fast kernels' rounding)."""
+    from stagedspec.decoding import SpeculativeDecoder
+    from stagedspec.sampling import SamplingConfig
+
+    from common import hf_generate
+
+    out = []
+    dec = SpeculativeDecoder(target.model, None, SamplingConfig(), plan=plan)
+    for p in prompts:
+        ref = hf_generate(hf_model, p, n_new)
+        ours = dec.generate([p], n_new).sequences[0].output_ids
+        at = next((i for i, (a, b) in enumerate(zip(ref, ours)) if a != b), None)
+        gap = None
+        if at is not None:
+            with torch.no_grad():
+                logits = hf_model(torch.tensor([p + ref[:at]])).logits[0, -1]
+            top = torch.topk(logits.float(), 2).values
+            gap = float(top[0] - top[1])
+        out.append({"first_mismatch": at, "top2_gap": gap})
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--context", type=int, default=300)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--single-paths", action="store_true", help="also time one-path plans")
+    ap.add_argument("--mismatch-prompts", type=int, default=0,
+                    help="also compare greedy output with HF generate on this many dev prompts")
+    ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -78,9 +107,24 @@ def main() -> None:
               + " ".join(f"{row[n] / hf1:.2f}" for n in NS))
     fast_row = med["fast"]
     print(f"goal T(4) <= 1.15 T_hf(1): {fast_row[4] / hf1:.2f};  T(8) <= 1.4 T_hf(1): {fast_row[8] / hf1:.2f}")
+    found = []
+    if args.mismatch_prompts:
+        from types import SimpleNamespace
+
+        from common import setup
+
+        _, prompts, _ = setup(SimpleNamespace(prompts=args.mismatch_prompts, threads=args.threads, device="cpu",
+                                              dtype="float32"))
+        hf_model = load_model(ModelSpec(source="embedded")).model  # untouched by the kernels
+        found = mismatches(target, hf_model, fast, prompts, args.max_new_tokens)
+        diff = [m for m in found if m["first_mismatch"] is not None]
+        print(f"greedy through the fast plan vs HF generate, {len(found)} prompts x {args.max_new_tokens} tokens: "
+              f"{len(diff)} differ" + "".join(f"; at token {m['first_mismatch']} (top-2 logit gap {m['top2_gap']:.2e})"
+                                               for m in diff))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"medians_ms": med, "plan": fast.describe(), "calibration_ms": cal.times_ms}, f, indent=1)
+            json.dump({"medians_ms": med, "plan": fast.describe(), "calibration_ms": cal.times_ms,
+                       "mismatches": found}, f, indent=1)
 
 
 if __name__ == "__main__":
