@@ -235,3 +235,20 @@ def draft_size(draft: DraftModel) -> dict[str, Any]:
     trained = sum(v.numel() for v in draft.trainable_state().values())
     head = draft.lm.lm_head.weight.numel()
     return {"trained_params": trained, "head_rows": int(draft.vocab_map.numel()), "head_params": head}
+
+
+def standalone_causal_lm(draft: DraftModel, target: nn.Module) -> nn.Module:
+    """A ``layers`` draft as a plain Hugging Face causal LM over the target's whole
+    vocabulary (its layers, with the target's full LM head instead of the subset rows),
+    for tools that need one, e.g. Hugging Face assisted generation (``assistant_model=``)."""
+    if draft.design != "layers":
+        raise ValueError(f"only a 'layers' draft is a causal LM of its own; this one is {draft.design!r}")
+    config = copy.deepcopy(draft.lm.config)
+    config.vocab_size = int(target.get_output_embeddings().weight.shape[0])
+    p = next(draft.parameters())
+    with torch.device("meta"):
+        lm = type(draft.lm)(config)
+    lm.model = draft.lm.model  # shared modules: the same weights, no copy
+    lm.lm_head = target.get_output_embeddings()
+    lm.generation_config = copy.deepcopy(target.generation_config)
+    return lm.to(p.device).eval()
