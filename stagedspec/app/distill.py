@@ -10,7 +10,7 @@ and training checkpoints, so an interrupted run resumes. One MLflow run per invo
 (experiment ``distill``) holds the config, the loss curves and the held-out agreement.
 
     python -m stagedspec.distill                                   # conf/distill.yaml
-    python -m stagedspec.distill vocab_size=4096 designs='{feature: 1}'
+    python -m stagedspec.distill vocab_size=4096 designs=[feature] n_layers.feature=2
     python -m stagedspec.distill -m vocab_size=4096,8192,16384     # a sweep
 """
 
@@ -33,7 +33,7 @@ from .tracking import Tracker, git_tags
 log = logging.getLogger(__name__)
 
 KEYS = {"target", "tracking", "experiment_name", "seed", "device", "kernels", "out_dir", "corpus", "designs",
-        "vocab_size", "heldout", "train"}
+        "n_layers", "vocab_size", "heldout", "train"}
 
 
 def distill_plan(cfg: DictConfig) -> tuple[object, DistillPlan]:
@@ -46,7 +46,12 @@ def distill_plan(cfg: DictConfig) -> tuple[object, DistillPlan]:
         target.validate()
         corpus = CorpusSpec(**{**plain(cfg.corpus), "temperatures": tuple(plain(cfg.corpus).get("temperatures", ()))})
         train = TrainConfig(**{**plain(cfg.train), "seed": cfg.seed})
-        plan = DistillPlan(corpus=corpus, designs=dict(plain(cfg.designs)), vocab_size=cfg.vocab_size,
+        # a list of designs (a dict would merge with the default on override, not replace it)
+        designs, n_layers = list(plain(cfg.designs)), dict(plain(cfg.n_layers))
+        missing = [d for d in designs if d not in n_layers]
+        if missing:
+            raise ValueError(f"n_layers has no entry for design(s) {missing}; give e.g. n_layers.{missing[0]}=1")
+        plan = DistillPlan(corpus=corpus, designs={d: n_layers[d] for d in designs}, vocab_size=cfg.vocab_size,
                            heldout=cfg.heldout, train=train)
         plan.validate()
     except (TypeError, ValueError, FileNotFoundError) as e:
