@@ -229,8 +229,11 @@ def test_tree_auto_greedy_equals_hf(kind, tmp_path):
 
 # ------------------------------------------------------------------ sampling exactness
 def _staged_peaked(tree):
-    target, _, layers = _peaked()
-    lower = ModelDrafter(truncated_copy(target, 1).model, k=2, name="first1")
+    """A random lower model (the inner decoding accepts ~30% of its drafts, so spine tokens
+    come both from it and from the level's own residual and bonus draws) under the
+    sampling test's layer draft (the target's first layer)."""
+    _, _, layers = _peaked()
+    lower = ModelDrafter(other_small(V, seed=1, init=0.1), k=2, name="random")
     return ModelDrafter(layers, lower=lower, tree=TreeShape.parse(tree))
 
 
