@@ -315,17 +315,18 @@ def test_acceptance_matrix_smooths_towards_the_all_depth_rate():
 def test_recorder_reads_the_accepted_rank_per_depth():
     tree = DraftTree()
     a = tree.add(10, -1, None, "x", 0)
-    tree.add(11, -1, None, "x", 1)
+    alt = tree.add(11, -1, None, "x", 1)
     b = tree.add(20, a, None, "x", 0)
     tree.add(21, a, None, "x", 1)
     tree.add(30, b, None, "x", 0)
+    tree.add(40, alt, None, "x", 0)  # below an alternative: not what the calibration measures
 
     class Inner:
         name, wants_features = "x", False
 
     rec = _Recorder(Inner(), depth=3, width=2)
     rec.observe(tree, [10, 21, 99])  # rank 0 at depth 1, rank 1 at depth 2
-    rec.observe(tree, [11, 5])  # rank 1 at depth 1: off the chain, nothing deeper
+    rec.observe(tree, [11, 40, 5])  # rank 1 at depth 1: off the chain, nothing deeper
     rec.observe(tree, [10, 20, 30, 7])  # the whole chain, then the bonus (no children left)
     rec.observe(tree, [42])  # nothing accepted
     rec.observe(tree, [10])  # cut by the length limit: depth 2 not observed
