@@ -86,7 +86,13 @@ class AutoShape:
     max_nodes: int = 24
     widths: tuple[int, ...] = (6, 4, 3, 3, 2, 2, 2, 2)
     prompts: int = 4
-    """Calibration prompts (made by ``training_prompts.py``: no benchmark text)."""
+    """Calibration prompts."""
+    source: str = "data"
+    """Where they come from: "data", Spec-Bench dev questions (``data.default_data_path()``;
+    the *last* of each category, categories in turn, so they miss any evaluation set
+    taking the first questions per category), or "training", the distillation templates
+    (``training_prompts.py``: short requests, so an n-gram level finds little to copy in
+    them, and a draft trained on them would look better than on unseen text)."""
     tokens: int = 48
     """New tokens decoded per calibration prompt."""
     repeats: int = 5
@@ -103,7 +109,7 @@ class AutoShape:
 
     def __str__(self) -> str:
         return (f"auto(max_nodes={self.max_nodes},widths={list(self.widths)},prompts={self.prompts},"
-                f"tokens={self.tokens})").replace(" ", "")
+                f"source={self.source},tokens={self.tokens})").replace(" ", "")
 
 
 TreeShapeT = StaticShape | DynamicShape | AutoShape | None
@@ -151,7 +157,7 @@ class TreeShape:
 
 
 def _parse_auto(d: dict) -> AutoShape:
-    valid = ("max_nodes", "widths", "prompts", "tokens", "repeats")
+    valid = ("max_nodes", "widths", "prompts", "source", "tokens", "repeats")
     unknown = set(d) - set(valid)
     if unknown:
         raise ValueError(f"auto tree: unknown keys {sorted(unknown)}; valid: {', '.join(valid)}")
@@ -160,6 +166,8 @@ def _parse_auto(d: dict) -> AutoShape:
         if not w or any(not isinstance(i, int) or isinstance(i, bool) or i < 1 for i in w):
             raise ValueError(f"auto tree: widths must be a non-empty list of integers >= 1, got {d['widths']!r}")
         d["widths"] = tuple(w)
+    if d.get("source", "data") not in ("data", "training"):
+        raise ValueError(f"auto tree: source must be 'data' or 'training', got {d['source']!r}")
     shape = AutoShape(**d)
     for k in ("max_nodes", "prompts", "tokens", "repeats"):
         v = getattr(shape, k)

@@ -146,6 +146,10 @@ class Calibration:
     """Measured on the calibration tree, to set beside the program's prediction for it."""
     rounds: int
     seconds: float
+    rank_traces: list[list[int]] = field(default_factory=list)
+    """Greedy only: for each calibration text, at each generated position, the rank of the
+    target's token among the top level's ranked candidates there (-1: not among them).
+    With these, any tree's greedy acceptance on these texts is replayed exactly."""
 
 
 @dataclass
@@ -185,6 +189,7 @@ class Choice:
             "tree_auto.predicted_tokens_per_s": self.predicted_tokens_per_s,
             "tree_auto.calib_tokens_per_call": cal.calib_tokens_per_call,
             "tree_auto.predicted_calib_tokens_per_call": self.predicted_calib_tokens_per_call,
+            "tree_auto.replayed": float(bool(cal.rank_traces)),
             "tree_auto.calibration_s": cal.seconds,
             "tree_auto.rest_ms": cal.rest_ms,
         }
@@ -208,30 +213,97 @@ def _interp(table: dict[str, float], n: int) -> float:
     return float(np.interp(n, xs, ys))  # flat beyond the ends
 
 
-def choose(cal: Calibration, auto: AutoShape, cache_hit: bool = False, cache_file: str | None = None) -> Choice:
-    """The tree with the most expected tokens per second under the measured costs."""
+def replay(paths: list[tuple[int, ...]] | StaticShape, traces: list[list[int]]) -> tuple[float, list, list]:
+    """Greedy decoding of the calibration texts with a given tree, replayed from the rank
+    traces: a round starting at position t accepts while the target's token at t + i has a
+    rank offered under the node reached so far. Returns (tokens per call, per-depth and
+    per-rank acceptance counts, offers) - the counts conditioned on this tree's own rounds."""
+    shape = paths if isinstance(paths, StaticShape) else TreeShape.parse([list(p) for p in paths])
+    kids = shape.children()
+    depth = shape.depth
+    W = 1 + max((max(v) for v in kids.values()), default=0)
+    acc = [[0] * W for _ in range(depth)]
+    offered = [[0] * W for _ in range(depth)]
+    tokens = calls = 0
+    for rho in traces:
+        t = 0
+        while t < len(rho):
+            node: tuple[int, ...] = ()
+            n = 0
+            while node in kids and t + n < len(rho):
+                for r in kids[node]:
+                    offered[n][r] += 1
+                r = rho[t + n]
+                if r not in kids[node]:
+                    break
+                acc[n][r] += 1
+                node, n = node + (r,), n + 1
+            calls += 1
+            t += n + 1
+        tokens += len(rho)
+    return tokens / max(calls, 1), acc, offered
+
+
+def _from_replay(acc: list, offered: list, fallback: np.ndarray) -> np.ndarray:
+    """a[d][r] from a replay's counts where the tree offered rank r at depth d, else the fallback."""
+    out = fallback.copy()
+    for d in range(min(len(acc), out.shape[0])):
+        for r in range(min(len(acc[d]), out.shape[1])):
+            if offered[d][r]:
+                out[d, r] = (acc[d][r] + SMOOTHING * fallback[d, r]) / (offered[d][r] + SMOOTHING)
+    return out
+
+
+def choose(cal: Calibration, auto: AutoShape, cache_hit: bool = False, cache_file: str | None = None,
+           iterations: int = 3) -> Choice:
+    """The tree with the most expected tokens per second under the measured costs.
+
+    Sequoia's program proposes the best tree of each size and depth under positional
+    acceptance. When greedy, each proposal is then replayed exactly on the calibration
+    texts, which scores it without the positional assumption (a deep tree's rounds start
+    after rejections more often than a chain's do, so per-round acceptance depends on the
+    tree); the acceptance seen in the best tree's own replayed rounds feeds the next pass
+    of the program, ``iterations`` times."""
     accept = acceptance_matrix(cal.accept_counts, cal.reached)
     a, b, c = cal.draft_fit_ms
-    best: tuple[float, float, float, list] | None = None
-    candidates = []
-    for depth in range(1, auto.depth + 1):
-        value, paths = best_trees(accept, auto.max_nodes, depth)
-        for n in range(2, auto.max_nodes + 2):
-            if not np.isfinite(value[n]):
-                continue
-            ms = (_interp(cal.verify_ms, n) + _interp(cal.process_ms, n) + a + b * depth + c * (n - 1)
-                  + cal.rest_ms)
-            candidates.append({"nodes": n - 1, "depth": depth, "tokens_per_call": float(value[n]), "ms": ms})
-            rate = value[n] / ms
-            if best is None or rate > best[0] * (1 + 1e-9):
-                best = (rate, float(value[n]), ms, (depth, n, paths))
+    traces = cal.rank_traces
+
+    def cost(n: int, depth: int) -> float:  # n: positions scored (root + nodes)
+        return (_interp(cal.verify_ms, n) + _interp(cal.process_ms, n) + a + b * depth + c * (n - 1)
+                + cal.rest_ms)
+
+    best: dict | None = None
+    candidates: list[dict] = []
+    seen: dict[tuple, float] = {}
+    for it in range(iterations if traces else 1):
+        for depth in range(1, auto.depth + 1):
+            value, paths = best_trees(accept, auto.max_nodes, depth)
+            for n in range(2, auto.max_nodes + 2):
+                if not np.isfinite(value[n]):
+                    continue
+                tree = tuple(sorted(paths(n), key=lambda p: (len(p), p)))
+                if tree in seen:
+                    continue
+                d = max(len(p) for p in tree)
+                tpc = replay(tree, traces)[0] if traces else float(value[n])
+                seen[tree] = tpc
+                ms = cost(n, d)
+                row = {"nodes": n - 1, "depth": d, "tokens_per_call": tpc, "program": float(value[n]), "ms": ms,
+                       "pass": it, "paths": [list(p) for p in tree]}
+                candidates.append(row)
+                if best is None or tpc / ms > best["tokens_per_call"] / best["ms"] * (1 + 1e-9):
+                    best = row
+        if traces and best is not None:
+            _, acc, offered = replay([tuple(p) for p in best["paths"]], traces)
+            accept = _from_replay(acc, offered, acceptance_matrix(cal.accept_counts, cal.reached))
     assert best is not None
-    depth, n, paths = best[3]
-    shape = TreeShape.parse([list(p) for p in paths(n)])  # canonical order
-    calib = _tree_value(accept, auto.calibration_shape())
-    return Choice(paths=[list(p) for p in shape.paths], predicted_tokens_per_call=best[1],
-                  predicted_ms_per_call=best[2], accept=accept.tolist(), calibration=cal, cache_hit=cache_hit,
-                  cache_file=cache_file, predicted_calib_tokens_per_call=calib, candidates=candidates)
+    shape = TreeShape.parse(best["paths"])
+    calib = replay(auto.calibration_shape(), traces)[0] if traces else _tree_value(
+        acceptance_matrix(cal.accept_counts, cal.reached), auto.calibration_shape())
+    return Choice(paths=[list(p) for p in shape.paths], predicted_tokens_per_call=best["tokens_per_call"],
+                  predicted_ms_per_call=best["ms"], accept=accept.tolist(), calibration=cal, cache_hit=cache_hit,
+                  cache_file=cache_file, predicted_calib_tokens_per_call=calib,
+                  candidates=[{k: v for k, v in r.items() if k != "paths"} for r in candidates])
 
 
 def _tree_value(accept: np.ndarray, shape: StaticShape) -> float:
@@ -293,9 +365,10 @@ class _Recorder:
         # out of emitted tokens (a length or EOS cut): the next depth was not observed
 
 
-def calibration_prompts(target, n: int, seed: int = 0) -> list[list[int]]:
-    """``n`` prompts from ``training_prompts.py`` (no benchmark text), encoded for the
-    target; random token ids for a model without a tokenizer (tests)."""
+def calibration_prompts(target, n: int, source: str = "data", seed: int = 0) -> list[list[int]]:
+    """``n`` prompts encoded for the target (see ``AutoShape.source``); random token ids for
+    a model without a tokenizer (tests). "data" falls back to "training" when the
+    questions file is missing."""
     if target.tokenizer is None:
         rng = random.Random(seed)
         out = []
@@ -304,9 +377,38 @@ def calibration_prompts(target, n: int, seed: int = 0) -> list[list[int]]:
             out.append(base + base[: len(base) // 2])
         return out
     from .text import encode_prompt
+
+    if source == "data":
+        from . import data
+
+        try:
+            questions = data.load_questions(data.default_data_path())
+        except (FileNotFoundError, ValueError) as e:
+            log.warning("tree=auto: no questions file (%s); calibrating on training templates", e)
+        else:
+            by_cat: dict[str, list] = {}
+            for q in questions:
+                by_cat.setdefault(q.category, []).append(q)
+            cols = [list(reversed(qs)) for qs in by_cat.values()]  # the last of each category first
+            picked = [col[i] for i in range(max(map(len, cols))) for col in cols if i < len(col)][:n]
+            return [encode_prompt(target.tokenizer, q.turns[:1]) for q in picked]
     from .training_prompts import training_prompts
 
     return [encode_prompt(target.tokenizer, turns[:1]) for turns in training_prompts(n, seed=seed + 12345)]
+
+
+def isotonic(xs: list[float]) -> list[float]:
+    """The non-decreasing sequence closest to ``xs`` in squared error (pool adjacent
+    violators): a forward's cost does not fall with more positions, so a dip or a spike in
+    noisy timings is averaged with its neighbours. Hand-written (a dozen lines; the
+    library that has it, scikit-learn, is not a dependency)."""
+    blocks: list[list[float]] = []  # [mean, count]
+    for x in xs:
+        blocks.append([x, 1.0])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m2, c2), (m1, c1) = blocks.pop(), blocks.pop()
+            blocks.append([(m1 * c1 + m2 * c2) / (c1 + c2), c1 + c2])
+    return [m for m, c in blocks for _ in range(int(c))]
 
 
 def _median(xs: list[float]) -> float:
@@ -376,7 +478,8 @@ def _time_verify(target_model, ctx: list[int], sizes: list[int], plan: KernelPla
             kv.extend([toks], [pars], [list(range(root, len(toks)))])
             if rep:
                 times[n].append(1000 * (time.perf_counter() - t0))
-    return {str(n): _median(t) for n, t in times.items()}
+    med = isotonic([_median(times[n]) for n in sizes])
+    return {str(n): t for n, t in zip(sizes, med)}
 
 
 def _time_process(sampling: SamplingConfig, vocab: int, sizes: list[int], repeats: int) -> dict[str, float]:
@@ -396,7 +499,8 @@ def _time_process(sampling: SamplingConfig, vocab: int, sizes: list[int], repeat
 
 
 def verify_sizes(max_positions: int) -> list[int]:
-    sizes = set(range(1, min(max_positions, 16) + 1)) | set(range(20, max_positions + 1, 4)) | {max_positions}
+    """1..12 one by one (where the curve steps), then every 4, and the largest."""
+    sizes = set(range(1, min(max_positions, 12) + 1)) | set(range(16, max_positions + 1, 4)) | {max_positions}
     return sorted(sizes)
 
 
@@ -407,7 +511,7 @@ def calibrate(drafter, target, sampling: SamplingConfig, plan: KernelPlan, auto:
     from .decoding import SpeculativeDecoder
 
     t0 = time.perf_counter()
-    prompts = prompts or calibration_prompts(target, auto.prompts)
+    prompts = prompts or calibration_prompts(target, auto.prompts, auto.source)
     shape = auto.calibration_shape()
     drafter.tree = shape
     rec = _Recorder(drafter, auto.depth, max(auto.widths))
@@ -432,6 +536,8 @@ def calibrate(drafter, target, sampling: SamplingConfig, plan: KernelPlan, auto:
         fwd_s += res.target_forward_time
         wall_s += sum(t.total for t in res.phase_times)
         contexts.append(p + seq.output_ids)
+    traces = _rank_traces(drafter, target.model, prompts, contexts, max(auto.widths), sampling, plan) \
+        if sampling.greedy else []
     ctx = max(contexts, key=len)
     positions = auto.max_nodes + 1
     sizes = verify_sizes(max(positions, shape.size + 1))
@@ -448,8 +554,29 @@ def calibrate(drafter, target, sampling: SamplingConfig, plan: KernelPlan, auto:
         key=key, widths=list(auto.widths), accept_counts=rec.counts, reached=rec.reached, verify_ms=verify,
         draft_fit_ms=_fit_draft(draft_points), draft_points=draft_points, rest_ms=max(rest_ms, 0.0),
         process_ms=process, calib_tokens_per_call=emitted / max(calls, 1), rounds=calls,
-        seconds=time.perf_counter() - t0,
+        seconds=time.perf_counter() - t0, rank_traces=traces,
     )
+
+
+def _rank_traces(drafter, target_model, prompts, texts, width: int, sampling, plan) -> list[list[int]]:
+    """At each generated position of each calibration text, the rank of the target's token
+    among the top level's ``width`` candidates there (-1 when not among them): one
+    depth-1 propose per position, as the level makes them while decoding."""
+    shape = widths_to_paths([width])
+    drafter.tree = shape
+    drafter.setup(sampling, torch.Generator().manual_seed(sampling.seed), plan)
+    out = []
+    for prompt, text in zip(prompts, texts):
+        drafter.reset(1)
+        drafter.prefill([prompt])
+        feats = _features(target_model, text) if drafter.wants_features else None
+        rho = []
+        for t in range(len(prompt), len(text)):
+            (tree,) = drafter.propose([text[:t]], [feats[: t - 1]] if feats is not None else None)
+            hit = [tree.rank[i] for i in range(len(tree)) if tree.parents[i] == -1 and tree.tokens[i] == text[t]]
+            rho.append(hit[0] if hit else -1)
+        out.append(rho)
+    return out
 
 
 # --------------------------------------------------------------------------- the resolver
@@ -483,7 +610,8 @@ class AutoTree:
             "hierarchy": self.hierarchy_key, "target": getattr(self.target, "name", ""),
             "dtype": str(p.dtype).removeprefix("torch."), "device": str(p.device), "threads": torch.get_num_threads(),
             "plan": plan.describe(), "temperature": sampling.temperature, "top_k": sampling.top_k,
-            "top_p": sampling.top_p, "widths": list(a.widths), "prompts": a.prompts, "tokens": a.tokens,
+            "top_p": sampling.top_p, "widths": list(a.widths), "prompts": a.prompts, "source": a.source,
+            "tokens": a.tokens,
             "max_positions": a.max_nodes + 1, "repeats": a.repeats, "torch": torch.__version__,
             "processor": _cpu_name(), "cores": os.cpu_count(),
         }

@@ -382,3 +382,42 @@ def test_auto_parses_and_is_refused_below_the_top_level():
     validate_levels([NgramLevel(k=2), ModelLevel(tree="auto")])
     with pytest.raises(ValueError, match="tree=auto"):
         validate_levels([NgramLevel(k=2, tree="auto"), ModelLevel()])
+
+
+def test_isotonic_cost_curve():
+    from stagedspec.tree_search import isotonic
+
+    assert isotonic([1, 3, 2, 4, 10, 5, 6]) == pytest.approx([1, 2.5, 2.5, 4, 7, 7, 7])
+    assert isotonic([3, 2, 1]) == pytest.approx([2, 2, 2])
+
+
+def test_calibration_prompts_miss_the_first_questions_of_each_category():
+    from stagedspec import data
+    from stagedspec.tree_search import calibration_prompts
+    from stagedspec.text import encode_prompt
+
+    class Tok:  # a tokenizer without a chat template: one id per character is enough to compare
+        chat_template = None
+
+        def __call__(self, text, **kw):
+            return {"input_ids": [ord(c) % 128 for c in text]}
+
+    class Target:
+        tokenizer, vocab_size = Tok(), 128
+
+    qs = data.load_questions(data.default_data_path())
+    first = {tuple(encode_prompt(Tok(), q.turns[:1])) for q in data.balanced(qs, 2)}
+    got = calibration_prompts(Target(), 6, "data")
+    assert len(got) == 6 and not first & {tuple(p) for p in got}
+    assert len({tuple(p) for p in got}) == 6
+
+
+def test_replay_of_rank_traces():
+    from stagedspec.tree import chain
+    from stagedspec.tree_search import replay
+
+    trace = [[0, 0, 1, -1, 0]]
+    tpc, acc, offered = replay(chain(2), trace)  # rounds: [0 0] + bonus, reject, [0] then the end
+    assert tpc == pytest.approx(5 / 3) and acc == [[2], [1]] and offered == [[3], [1]]
+    assert replay([(0,), (1,)], trace)[0] == pytest.approx(5 / 3)
+    assert replay([(0,), (0, 0), (0, 1)], [[0, 1, 0, 0, 1]])[0] == pytest.approx(5 / 2)
