@@ -270,8 +270,19 @@ def hierarchy_key(levels: list[Any]) -> list[str]:
     settings, except the top level's k and tree (the calibration chooses those)."""
     import dataclasses
 
+    def files(lv: Any) -> list[str]:  # weights and corpus files are named by path; their contents can change
+        paths: list[Path] = []
+        if isinstance(lv, TrainedLevel):
+            paths.append(lv.path)
+        if isinstance(lv, NgramLevel):
+            if lv.corpus is not None:
+                paths.append(_asset_path(lv.corpus, f"level {lv.name!r}: corpus", ("embedded",)))
+            if lv.corpus_file is not None:
+                paths.append(Path(lv.corpus_file))
+        return [f"{p}:{st.st_size}:{st.st_mtime_ns}" for p in paths if p.is_file() for st in [p.stat()]]
+
     out = [repr(lv) for lv in levels[:-1]]
     if levels:
         top = levels[-1]
         out.append(repr(dataclasses.replace(top, k=1, tree=None)) if hasattr(top, "tree") else repr(top))
-    return out
+    return out + [f for lv in levels for f in files(lv)]

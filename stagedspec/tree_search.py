@@ -670,3 +670,14 @@ def attach(drafter, target, hierarchy_key: Any = None, cache_dir: str | Path | N
         cache_dir = target.spec.resolved_cache_dir()
     drafter.auto = AutoTree(drafter.tree, target, hierarchy_key, cache_dir, prompts)
     return drafter.auto
+
+
+def prepare(drafter, sampling: SamplingConfig, plan: KernelPlan = HF_PLAN) -> Choice | None:
+    """Resolve ``tree=auto`` now (calibrating, or reading the cache) rather than at the first
+    ``generate``: a runner calls this before it times anything, then logs the returned
+    choice (``params()``, ``metrics()``, ``artifact()``). None when the top level has no auto tree."""
+    auto = getattr(drafter, "auto", None) if drafter is not None else None
+    if auto is None:
+        return None
+    auto.resolve(drafter, sampling, plan)
+    return auto.choice

@@ -421,3 +421,36 @@ def test_replay_of_rank_traces():
     assert tpc == pytest.approx(5 / 3) and acc == [[2], [1]] and offered == [[3], [1]]
     assert replay([(0,), (1,)], trace)[0] == pytest.approx(5 / 3)
     assert replay([(0,), (0, 0), (0, 1)], [[0, 1, 0, 0, 1]])[0] == pytest.approx(5 / 2)
+
+
+def test_build_hierarchy_attaches_auto_keyed_without_the_top_levels_k(tmp_path, monkeypatch):
+    from stagedspec.hierarchy import ModelLevel, NgramLevel, build_hierarchy, hierarchy_key
+    from stagedspec.models import ModelSpec
+    from stagedspec.tree_search import prepare
+
+    monkeypatch.setenv("STAGEDSPEC_CACHE", str(tmp_path))
+    target = tiny_target()
+    first1 = ModelSpec(source="truncated", layers=1)
+    levels = [NgramLevel(k=2), ModelLevel(model=first1, k=3, tree={"auto": {
+        "max_nodes": 6, "widths": [2, 2], "prompts": 1, "tokens": 8, "repeats": 1}})]
+    drafter = build_hierarchy(levels, target, loader=None)
+    assert drafter.auto is not None and isinstance(drafter.tree, AutoShape)
+    assert hierarchy_key(levels) == hierarchy_key([levels[0], ModelLevel(model=first1, k=7, tree="auto")])
+    assert hierarchy_key(levels) != hierarchy_key([NgramLevel(k=3), levels[1]])
+    choice = prepare(drafter, SamplingConfig(0.0))
+    assert isinstance(drafter.tree, StaticShape) and choice.paths == [list(p) for p in drafter.tree.paths]
+    assert prepare(None, SamplingConfig(0.0)) is None
+
+
+def test_feature_draft_tree_auto_greedy_equals_hf(tmp_path):
+    from stagedspec.drafters.feature import FeatureDrafter
+
+    from .test_drafts import _drafts
+
+    target = tiny_target()
+    drafter = FeatureDrafter(_drafts()[0], tree=SMALL_AUTO)
+    attach(drafter, target, hierarchy_key=["feature"], cache_dir=tmp_path)
+    ref = [list(r) for r in _reference(5)]
+    for batch in (1, 5):
+        res = SpeculativeDecoder(target.model, drafter, SamplingConfig()).generate(_prompts(5)[:batch], N_NEW)
+        assert [s.output_ids for s in res.sequences] == ref[:batch]
