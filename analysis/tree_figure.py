@@ -59,6 +59,7 @@ def figure(rows: pd.DataFrame, settings: dict) -> Figure:
     ax_call.set_ylabel("tokens per target call")
     ax_speed.set_ylabel("tokens/s")
     ax_call.legend(fontsize=8)
+    ax_speed.legend(fontsize=8)
     what = ", ".join(f"{k}={settings[k]}" for k in ("drafter", "prompts", "max_new_tokens", "threads") if k in settings)
     fig.suptitle(f"Chains vs trees, T=0, batch 1 ({what})", fontsize=10)
     return fig
