@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from .drafters.base import Drafter
 from .models import LoadedModel, ModelSpec
-from .tree import TreeShape, TreeShapeT
+from .tree import AutoShape, TreeShape, TreeShapeT
 
 
 def _check_k(name: str, k: Any) -> None:
@@ -239,14 +239,12 @@ def validate_levels(levels: list[Any]) -> None:
         if getattr(lv, "reads_features", False):
             raise ValueError(f"level {lv.name!r} is a feature draft: it cannot draft through the level "
                              f"{lower.name!r} below it (drop it: levels.{lower.name}=null)")
-        # a level drafting through a lower one offers the chain its inner decoding produced
-        # (drafters/model.py); refuse a tree here, before any model is loaded
-        if getattr(lv, "tree", None) is not None:
-            raise ValueError(
-                f"level {lv.name!r} drafts through the level {lower.name!r} below it, so it offers a chain; "
-                f"its tree must be null (got {lv.tree!r}): drop the lower level (levels.{lower.name}=null) "
-                f"or use tree=chain"
-            )
+        # a level drafting through a lower one offers a tree too: the lower stage draws its
+        # rank-0 chain, the level adds its own ranked alternatives (drafters/model.py)
+    for lv in levels[:-1]:
+        if isinstance(getattr(lv, "shape", None), AutoShape):
+            raise ValueError(f"level {lv.name!r}: tree=auto is measured against the target, so only the level "
+                             f"drafting for the target (the highest stage, here {levels[-1].name!r}) can take it")
 
 
 def build_hierarchy(
@@ -260,4 +258,31 @@ def build_hierarchy(
     drafter: Drafter | None = None
     for lv in levels:
         drafter = lv.build(drafter, target, loader)
+    if drafter is not None and isinstance(drafter.tree, AutoShape):
+        from .tree_search import attach
+
+        attach(drafter, target, hierarchy_key=hierarchy_key(levels))
     return drafter
+
+
+def hierarchy_key(levels: list[Any]) -> list[str]:
+    """What identifies a hierarchy for ``tree=auto``'s calibration cache: every level's
+    settings, except the top level's k and tree (the calibration chooses those)."""
+    import dataclasses
+
+    def files(lv: Any) -> list[str]:  # weights and corpus files are named by path; their contents can change
+        paths: list[Path] = []
+        if isinstance(lv, TrainedLevel):
+            paths.append(lv.path)
+        if isinstance(lv, NgramLevel):
+            if lv.corpus is not None:
+                paths.append(_asset_path(lv.corpus, f"level {lv.name!r}: corpus", ("embedded",)))
+            if lv.corpus_file is not None:
+                paths.append(Path(lv.corpus_file))
+        return [f"{p}:{st.st_size}:{st.st_mtime_ns}" for p in paths if p.is_file() for st in [p.stat()]]
+
+    out = [repr(lv) for lv in levels[:-1]]
+    if levels:
+        top = levels[-1]
+        out.append(repr(dataclasses.replace(top, k=1, tree=None)) if hasattr(top, "tree") else repr(top))
+    return out + [f for lv in levels for f in files(lv)]

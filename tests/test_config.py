@@ -206,7 +206,7 @@ BAD = [
     (["+levels.small.kk=3"], ["levels.small", "'kk'"]),
     (["levels.small.model.layers=0"], ["layers", "0"]),
     (["target.dtype=float8"], ["target", "float8"]),
-    (["tree=specinfer_221"], ["'small'", "'ngram'", "chain"]),  # a tree on a level with a lower level
+    (["levels.ngram.tree=auto"], ["'ngram'", "tree=auto", "'small'"]),  # auto only on the top level
     (["levels.small=null", "+drafter@levels.lookup=prompt_lookup", "tree=dynamic"], ["'lookup'", "chains only"]),
     (["+drafter@levels.late=katz", "levels.late.stage=3"], ["'late'", "lowest"]),
     (["+levels.x={_target_:stagedspec.hierarchy.NgramLevel}"], ["['x']", "stage"]),

@@ -8,9 +8,8 @@ import time
 import torch
 
 from ..ngram_lm import KatzBackoffLM, prompt_lookup_candidates
-from ..sampling import probabilities_from_probs
 from ..tree import DraftTree, TreeShapeT
-from .base import Drafter, grow_trees
+from .base import Drafter, NodeDist, grow_trees
 
 
 class KatzNgramDrafter(Drafter):
@@ -56,12 +55,15 @@ class KatzNgramDrafter(Drafter):
         for b, ctx in enumerate(contexts):
             self._absorb(b, ctx)
 
-    def _q(self, b: int, ctx: list[int]) -> torch.Tensor:
+    def _q(self, b: int, ctx: list[int]) -> NodeDist:
+        """The LM's next-token distribution: its log-probabilities rank the alternatives,
+        the processed q (``probabilities_from_probs``'s rule) is what its pick is drawn from."""
         t0 = time.perf_counter()
-        q = probabilities_from_probs(self.lms[b].distribution(ctx), self.sampling)
+        raw = torch.log(self.lms[b].distribution(ctx).float().clamp_min(1e-30))
+        dist = NodeDist.of(raw, self.sampling)
         self.calls += 1
         self.seconds += time.perf_counter() - t0
-        return q
+        return dist
 
     def forward_stats(self) -> tuple[float, int]:
         """A draft 'forward' here is one next-token distribution."""
