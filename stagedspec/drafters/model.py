@@ -129,12 +129,13 @@ class ModelDrafter(Drafter):
                 dists = [p[0]] + [p[i + 1] for i in path]
                 tokens = [d.tokens[i] for i in path] + [tok]
                 origins = [d.origin[i] for i in path] + [self.name]
+                kept = min(len(path), self.k - len(out[b]))  # the lower's tokens offered upward: within k
                 for x, q, o in zip(tokens, dists, origins):
                     if len(out[b]) >= self.k:
                         break
                     out[b].add(x, len(out[b]) - 1, q, o)
                 _merge(out[b].drafted, {lower.name: len(d)}, d.drafted)
-                _merge(out[b].accepted, {lower.name: len(path)}, d.accepted)
+                _merge(out[b].accepted, {lower.name: kept}, d.accepted)
                 acc[b] = len(path)
             lower.feedback(acc)
         return out
