@@ -11,9 +11,13 @@ What is measured and what is predicted, so that nothing is read back from the an
 - estimated: alpha_hat = accepted / (accepted + rejections), the per-token acceptance of
   an i.i.d. model (``stats.py``);
 - predicted: tokens per target call E = mean over rounds of 1 + a + ... + a^depth at
-  a = alpha_hat (``predicted_tokens_per_call``); the batch rounds needed, R = sum over
-  batches of max over its rows of (tokens / E); the wall time, prefill + R x (mean round
-  time); and so the speedup, (tokens / predicted wall) / (baseline tokens per second).
+  a = alpha_hat (``predicted_tokens_per_call``); the rounds a row needs to emit its N
+  tokens, N / E + E[X (X - 1)] / (2 E^2) (X: tokens a round yields under the same model;
+  the second term is the expected overshoot of the last round, which ``max_new_tokens``
+  or EOS cuts: Wald's identity with the stationary excess of an integer renewal); the
+  batch rounds, the sum over batches of the most any of its rows needs; the wall time,
+  prefill + rounds x (mean round time); and so the speedup, (tokens / predicted wall) /
+  (baseline tokens per second).
 
 The measured speedup differs from the prediction exactly where the i.i.d. model does:
 acceptance that varies from context to context (copying phases), or rounds cut by
@@ -22,7 +26,29 @@ acceptance that varies from context to context (copying phases), or rounds cut b
 
 from __future__ import annotations
 
+from collections import Counter
+
 from .stats import GenerationResult
+
+
+def yield_moments(alpha: float, depths: Counter) -> tuple[float, float]:
+    """E[X] and E[X (X - 1)] of the tokens X a round yields when each draft token is
+    accepted with probability alpha independently: X = j with probability
+    alpha^(j-1) (1 - alpha) for j <= d, and d + 1 with probability alpha^d (all accepted),
+    mixed over the rounds' draft depths d (``depths``: depth -> rounds)."""
+    n = sum(depths.values())
+    m1 = m2 = 0.0
+    for d, count in depths.items():
+        probs = [alpha ** (j - 1) * (1 - alpha) for j in range(1, d + 1)] + [alpha ** d]
+        m1 += count * sum(j * p for j, p in enumerate(probs, 1))
+        m2 += count * sum(j * (j - 1) * p for j, p in enumerate(probs, 1))
+    return m1 / n, m2 / n
+
+
+def predicted_rounds(tokens: int, mean: float, second: float) -> float:
+    """Expected rounds to emit ``tokens`` when a round yields X tokens, E[X] = ``mean``,
+    E[X (X - 1)] = ``second``: tokens / mean plus the last round's expected overshoot."""
+    return tokens / mean + second / (2 * mean * mean) if tokens else 0.0
 
 
 def round_costs(method: GenerationResult, ar: GenerationResult | None) -> dict[str, float]:
@@ -63,10 +89,12 @@ def predict(batches: list[GenerationResult], ar_tokens_per_s: float | None) -> d
     ``predicted_speedup`` for the method's batches (every repeat)."""
     merged = GenerationResult.merge(batches)
     s = merged.summary()
-    E = s.get("predicted_tokens_per_call")
-    if E is None or not merged.phase_times:
+    alpha = s.get("alpha_hat")
+    if alpha is None or not merged.phase_times:
         return {}
-    rounds = sum(max((len(q.output_ids) / E for q in b.sequences), default=0.0) for b in batches)
+    E, second = yield_moments(alpha, Counter(r.draft_depth for q in merged.sequences for r in q.rounds))
+    rounds = sum(max((predicted_rounds(len(q.output_ids), E, second) for q in b.sequences), default=0.0)
+                 for b in batches)
     wall = merged.prefill_time + rounds * s["round_s"]
     out = {
         "predicted_tokens_per_call": E,

@@ -82,6 +82,24 @@ def test_alpha_hat_is_consistent_where_accepted_over_drafted_is_not():
     assert geometric_tokens(0.8, 4) == pytest.approx(3.3616)
 
 
+def test_predicted_rounds_match_a_simulated_iid_chain():
+    """Rows of 20 tokens, chain of 4, alpha 0.8: the mean number of rounds (the last one
+    cut at 20) is N / E plus the overshoot term, not N / E."""
+    g = torch.Generator().manual_seed(1)
+    counts = []
+    for _ in range(4000):
+        n = rounds = 0
+        while n < 20:
+            u = torch.rand(4, generator=g)
+            n += int((u < 0.8).int().cumprod(0).sum()) + 1
+            rounds += 1
+        counts.append(rounds)
+    E, second = cost_model.yield_moments(0.8, {4: 1})
+    assert E == pytest.approx(geometric_tokens(0.8, 4))
+    assert sum(counts) / len(counts) == pytest.approx(cost_model.predicted_rounds(20, E, second), rel=0.01)
+    assert abs(sum(counts) / len(counts) - 20 / E) > 0.2  # the overshoot is not negligible
+
+
 class _LeafTree(Drafter):
     """Root children: a token the target rejects (with a child of its own), then the
     target's greedy token as a leaf. The walk accepts the leaf: depth 1, no rejection."""
@@ -175,15 +193,20 @@ def _batch(rounds: list[tuple[int, bool, int]], wall: float, prefill: float, rou
 
 
 def test_cost_model_by_hand():
-    """4 rounds: accepted 1, 1, 0, 2, each then rejected: alpha_hat = 4 / 8 = 0.5,
-    E = 1 + 0.5 + 0.25 + 0.125 = 1.875; 8 tokens -> 8 / 1.875 rounds of 0.1 s after a
-    0.2 s prefill; the baseline makes 10 tokens/s."""
+    """4 rounds: accepted 1, 1, 0, 2, each then rejected: alpha_hat = 4 / 8 = 0.5. A round
+    of a chain of 3 yields X = 1, 2, 3, 4 tokens with probability 1/2, 1/4, 1/8, 1/8:
+    E = 1.875, E[X (X - 1)] = 2 / 4 + 6 / 8 + 12 / 8 = 2.75. 8 tokens -> 8 / 1.875 rounds
+    plus the last one's overshoot 2.75 / (2 * 1.875^2), of 0.1 s each after a 0.2 s
+    prefill; the baseline makes 10 tokens/s."""
     b = _batch([(1, True, 2), (1, True, 2), (0, True, 1), (2, True, 3)], wall=0.6, prefill=0.2, round_s=0.1)
     p = cost_model.predict([b], 10.0)
+    rounds = 8 / 1.875 + 2.75 / (2 * 1.875 ** 2)  # 4.658
+    assert cost_model.yield_moments(0.5, {3: 4}) == pytest.approx((1.875, 2.75))
     assert p["predicted_tokens_per_call"] == pytest.approx(1.875)
-    assert p["predicted_rounds"] == pytest.approx(8 / 1.875)
-    assert p["predicted_wall_s"] == pytest.approx(0.2 + 0.1 * 8 / 1.875)
-    assert p["predicted_speedup"] == pytest.approx(8 / (0.2 + 0.1 * 8 / 1.875) / 10.0)
+    assert p["predicted_rounds"] == pytest.approx(rounds)
+    assert p["predicted_wall_s"] == pytest.approx(0.2 + 0.1 * rounds)
+    assert p["predicted_speedup"] == pytest.approx(8 / (0.2 + 0.1 * rounds) / 10.0)
+    assert cost_model.predicted_rounds(5, 1.0, 0.0) == 5  # plain decoding: one token a round, no overshoot
     ar = GenerationResult([SequenceResult(prompt_ids=[1])], [PhaseTimes(verify=0.05, rows=1, width=1)] * 4,
                           target_calls=4, target_forward_time=4 * 0.04)
     c = cost_model.round_costs(b, ar)
