@@ -52,8 +52,10 @@ def predicted_rounds(tokens: int, mean: float, second: float) -> float:
 
 
 def round_costs(method: GenerationResult, ar: GenerationResult | None) -> dict[str, float]:
-    """The measured side: one batch round of the method, in seconds, by part, and the
-    cost ratios against the baseline's single-position target forward T(1)."""
+    """The measured side: one batch round of the method, in seconds, by part, and against
+    the baseline's single-position target forward T(1): ``cost_ratio/<level>`` (c: one
+    forward of the level), ``stage_cost/<level>`` (a round's forwards of the level and of
+    every level below it, which it drafts through), ``verify_cost/<n>`` (T(n) / T(1))."""
     s = method.summary()
     n = len(method.phase_times)
     if not n:
@@ -73,9 +75,12 @@ def round_costs(method: GenerationResult, ar: GenerationResult | None) -> dict[s
         t1 = a["target_call_s"]
         out["ar_round_s"] = a.get("round_s", 0.0)
         out["ar_target_call_s"] = t1
-        for level in method.draft_call_time:
+        below = 0.0  # levels come lowest first: a level's stage cost adds the levels it drafts through
+        for level, secs in method.draft_call_time.items():
             if f"draft_call_s/{level}" in s and t1 > 0:
                 out[f"cost_ratio/{level}"] = s[f"draft_call_s/{level}"] / t1
+                below += secs / n
+                out[f"stage_cost/{level}"] = below / t1
         v1 = a.get("verify_s/1")
         for key, secs in s.items():
             if key.startswith("verify_s/") and v1:

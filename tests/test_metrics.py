@@ -215,7 +215,15 @@ def test_cost_model_by_hand():
     assert c["round_draft_forward_s/small"] == pytest.approx(0.02)
     assert c["round_draft_other_s"] == pytest.approx(0.03 - 0.02)
     assert c["cost_ratio/small"] == pytest.approx((0.02 / 3) / 0.04)  # c against the baseline's T(1)
+    assert c["stage_cost/small"] == pytest.approx(0.02 / 0.04)  # 3 forwards a round, no level below
     assert c["verify_cost/4"] == pytest.approx(0.06 / 0.05)  # T(4) / T(1)
+    # a staged level: its stage cost adds the forwards of the level it drafts through
+    b.draft_call_time = {"ngram": 4 * 0.004, "small": 4 * 0.02}
+    b.draft_forwards = {"ngram": 4 * 8, "small": 4 * 3}
+    c = cost_model.round_costs(b, ar)
+    assert c["stage_cost/ngram"] == pytest.approx(0.004 / 0.04)
+    assert c["stage_cost/small"] == pytest.approx((0.004 + 0.02) / 0.04)
+    assert c["cost_ratio/ngram"] == pytest.approx((0.004 / 8) / 0.04)
 
 
 def test_job_metrics_pool_repeats_and_carry_intervals():
