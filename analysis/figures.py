@@ -26,12 +26,12 @@ from matplotlib.lines import Line2D
 
 from analysis.names import TARGET, levels_of
 from analysis.plotting import (
-    MARKERS, ar_line, finish, int_values, label, line_figure, lines, new_figure, save, suptitle, varying,
+    MARKERS, ar_line, error_bars, finish, int_values, label, line_figure, lines, new_figure, save, suptitle, varying,
 )
 from analysis.runs import (
     FigureSkipped, at_reference_batch, best_per_category, column, configs, fmt, metric, single_x_note, speculative,
 )
-from analysis.theory import expected_tokens_per_call, predicted_speedup
+from analysis.theory import expected_tokens_per_call
 
 DRAFT_K_AXIS = "draft length k of the level below the target (tokens)"
 
@@ -70,71 +70,80 @@ def fig_acceptance_vs_k(runs: pd.DataFrame, path) -> pd.DataFrame:
 
 
 def fig_tokens_per_call_vs_k(runs: pd.DataFrame, path) -> pd.DataFrame:
-    """(b) Mean tokens emitted per target call vs k, with the i.i.d. theory (dashed)
-    (1 - a^(k+1)) / (1 - a) evaluated at each run's measured acceptance a."""
+    """(b) Mean acceptance length (tokens per target call, the bonus token included: 1 +
+    accepted / drafts) vs k, with the i.i.d. theory (dashed) 1 + a + ... + a^k at each
+    run's a = alpha_hat = accepted / (accepted + rejections). (accepted / drafted is not a:
+    fed to the formula it makes the theory fall with k by construction.)"""
     notes: list[str] = []
     d = at_reference_batch(speculative(runs), notes)
     data = pd.DataFrame({
         "run_id": d["run_id"], "method": d["method"], "draft_k": d["draft_k"],
         "temperature": d["temperature"], "batch_size": d["batch_size"], "tree": d["tree"],
-        "acceptance_rate": column(d, "metrics.acceptance_rate"),
-        "mean_accepted_tokens_per_call": column(d, "metrics.mean_accepted_tokens_per_call"),
-    }).dropna(subset=["acceptance_rate", "mean_accepted_tokens_per_call"])
+        "alpha_hat": column(d, "metrics.alpha_hat"),
+        "mean_acceptance_length": column(d, "metrics.mean_acceptance_length"),
+    }).dropna(subset=["alpha_hat", "mean_acceptance_length"])
     if data.empty:
-        raise FigureSkipped("no speculative run logged both acceptance_rate and mean_accepted_tokens_per_call")
+        raise FigureSkipped("no speculative run logged both alpha_hat and mean_acceptance_length")
     data["theoretical_tokens_per_call"] = expected_tokens_per_call(
-        data["acceptance_rate"].to_numpy(), data["draft_k"].to_numpy())
+        data["alpha_hat"].to_numpy(), data["draft_k"].to_numpy())
     data = data.reset_index(drop=True)
     if (data["tree"] != "chain").any():
         notes.append("The theory assumes a chain of drafts; tree runs are plotted against it all the same.")
+    gap = data["mean_acceptance_length"] / data["theoretical_tokens_per_call"] - 1
+    notes.append(f"Measured vs theory: median {gap.abs().median():.1%}, worst {gap.abs().max():.1%} off.")
     single_x_note(data, "draft_k", "draft length", notes)
     by = varying(data, ["method", "temperature"])
 
     def theory(ax, colours: dict) -> list:
         lines(ax, data, "draft_k", "theoretical_tokens_per_call", by, colours=colours,
               labelled=False, ls="--", marker="x", alpha=0.8)
-        return [Line2D([], [], color="grey", ls="--", marker="x", label="theory (1-α^(k+1))/(1-α)")]
+        return [Line2D([], [], color="grey", ls="--", marker="x", label="theory 1+α̂+…+α̂^k")]
 
-    return line_figure(data, "draft_k", "mean_accepted_tokens_per_call", by, path, notes,
+    return line_figure(data, "draft_k", "mean_acceptance_length", by, path, notes,
                        xticks=int_values(data["draft_k"]), more=theory, xlabel=DRAFT_K_AXIS,
-                       ylabel="tokens emitted per target call",
-                       title="Tokens per target call: measured (solid) vs i.i.d. theory (dashed)")
+                       ylabel="tokens per target call (1 + accepted / drafts)",
+                       title="Tokens per target call: measured (solid) vs i.i.d. theory at α̂ (dashed)")
+
+
+def prediction_errors(d: pd.DataFrame) -> pd.Series:
+    """predicted / measured - 1 of each run's speedup."""
+    return column(d, "metrics.predicted_speedup") / column(d, "metrics.speedup") - 1
 
 
 def fig_speedup_vs_predicted(runs: pd.DataFrame, path) -> pd.DataFrame:
-    """(c) Measured speedup vs the prediction (1 - a^(k+1)) / ((1 - a)(k c + 1)), with a
-    the measured acceptance and c the measured cost ratio of the level below the target."""
+    """(c) Measured speedup (with its 95% interval) vs the cost model's prediction, logged
+    by each job from its own timings (``stagedspec/cost_model.py``): tokens per call from
+    alpha_hat and the draft shape, times per round measured by part."""
     notes: list[str] = []
     d = speculative(runs)
-    rows = []
-    for r in d.to_dict("records"):
-        rows.append({"run_id": r["run_id"], "method": r["method"], "top_level": r["top_level"],
-                     "draft_k": r["draft_k"], "temperature": r["temperature"],
-                     "batch_size": r["batch_size"],
-                     "acceptance_rate": metric(r, "acceptance_rate"),
-                     "cost_ratio": metric(r, f"cost_ratio/{r['top_level']}"),
-                     "speedup": metric(r, "speedup")})
-    data = pd.DataFrame(rows)
-    if not data.empty:
-        data = data.dropna(subset=["acceptance_rate", "cost_ratio", "speedup"]).reset_index(drop=True)
+    data = pd.DataFrame({
+        "run_id": d["run_id"], "method": d["method"], "draft_k": d["draft_k"], "temperature": d["temperature"],
+        "batch_size": d["batch_size"], "predicted_speedup": column(d, "metrics.predicted_speedup"),
+        "speedup": column(d, "metrics.speedup"), "speedup_ci_low": column(d, "metrics.speedup_ci_low"),
+        "speedup_ci_high": column(d, "metrics.speedup_ci_high"),
+    }).dropna(subset=["predicted_speedup", "speedup"]).reset_index(drop=True)
     if data.empty:
-        raise FigureSkipped("no speculative run logged acceptance_rate, cost_ratio/<level> and speedup together")
-    data["predicted_speedup"] = predicted_speedup(
-        data["acceptance_rate"].to_numpy(), data["draft_k"].to_numpy(), data["cost_ratio"].to_numpy())
-    notes.append("All batch sizes; the prediction ignores batching, so large batches fall below y = x.")
+        raise FigureSkipped("no speculative run logged predicted_speedup and speedup together")
+    data["error"] = data["predicted_speedup"] / data["speedup"] - 1
+    worst = data.loc[data["error"].abs().idxmax()]
+    notes.append(f"Prediction error |predicted / measured - 1|: median {data['error'].abs().median():.1%}, worst "
+                 f"{abs(worst['error']):.1%} ({worst['method']} k={fmt(worst['draft_k'])} "
+                 f"T={fmt(worst['temperature'])}, run {worst['run_id'][:8]}).")
+    notes.append("Measured in the run: time per round by part, prefill, the baseline's rate. Predicted: tokens per "
+                 "call from α̂ and the draft depth, hence rounds, wall time and speedup.")
 
     fig, (ax,) = new_figure()
     by = varying(data, ["method", "batch_size"])
-    for (key, g), marker in zip(data.groupby(by, sort=True), cycle(MARKERS)):
-        ax.scatter(g["predicted_speedup"], g["speedup"], marker=marker, s=30, label=label(by, key))
+    for i, ((key, g), marker) in enumerate(zip(data.groupby(by, sort=True), cycle(MARKERS))):
+        ax.scatter(g["predicted_speedup"], g["speedup"], marker=marker, s=30, color=f"C{i}", label=label(by, key))
+        error_bars(ax, g, "predicted_speedup", "speedup", ("speedup_ci_low", "speedup_ci_high"), f"C{i}")
     lo = min(data["predicted_speedup"].min(), data["speedup"].min(), 1.0)
     hi = max(data["predicted_speedup"].max(), data["speedup"].max())
     pad = 0.05 * (hi - lo or 1.0)
     ax.plot([lo - pad, hi + pad], [lo - pad, hi + pad], ls="--", color="grey", lw=1, label="y = x")
-    ratio = float(np.median(data["speedup"] / data["predicted_speedup"]))
     return finish(fig, ax, data, notes, path, xlabel="predicted speedup over AR (×)",
-                  ylabel="measured speedup over AR (×)",
-                  title=f"Measured speedup is {ratio:.0%} of the prediction (median over runs)")
+                  ylabel="measured speedup over AR (×), 95% CI",
+                  title=f"Predicted vs measured speedup: median error {data['error'].abs().median():.0%}")
 
 
 def fig_wasted_vs_k(runs: pd.DataFrame, path) -> pd.DataFrame:
@@ -165,8 +174,13 @@ def _speedup_table(d: pd.DataFrame) -> pd.DataFrame:
         "run_id": d["run_id"], "method": d["method"], "draft_k": d["draft_k"],
         "temperature": d["temperature"], "batch_size": d["batch_size"], "tree": d["tree"],
         "speedup": column(d, "metrics.speedup"),
+        "speedup_ci_low": column(d, "metrics.speedup_ci_low"), "speedup_ci_high": column(d, "metrics.speedup_ci_high"),
         "tokens_per_s": column(d, "metrics.tokens_per_s"),
+        "tokens_per_s_ci_low": column(d, "metrics.tokens_per_s_ci_low"),
+        "tokens_per_s_ci_high": column(d, "metrics.tokens_per_s_ci_high"),
         "ar_tokens_per_s": column(d, "metrics.ar_tokens_per_s"),
+        "ar_tokens_per_s_ci_low": column(d, "metrics.ar_tokens_per_s_ci_low"),
+        "ar_tokens_per_s_ci_high": column(d, "metrics.ar_tokens_per_s_ci_high"),
     }).dropna(subset=["speedup"]).reset_index(drop=True)
 
 
@@ -176,12 +190,15 @@ def fig_speedup_vs_temperature(runs: pd.DataFrame, path) -> pd.DataFrame:
     data = _speedup_table(at_reference_batch(speculative(runs), notes))
     if data.empty:
         raise FigureSkipped("no speculative run logged speedup")
-    data = data.drop(columns=["tokens_per_s", "ar_tokens_per_s"])
+    data = data[["run_id", "method", "draft_k", "temperature", "batch_size", "tree", "speedup", "speedup_ci_low",
+                 "speedup_ci_high"]]
     single_x_note(data, "temperature", "temperature", notes)
+    notes.append("Bars: each run's 95% interval.")
     return line_figure(data, "temperature", "speedup", varying(data, ["method", "draft_k", "tree"], keep=("draft_k",)),
                        path, notes, xticks=sorted(data["temperature"].unique()),
                        more=lambda ax, colours: [ar_line(ax)], xlabel="sampling temperature T (0 = greedy)",
-                       ylabel="speedup over AR (×)", title="Speedup over AR vs sampling temperature")
+                       ylabel="speedup over AR (×), 95% CI", title="Speedup over AR vs sampling temperature",
+                       err=("speedup_ci_low", "speedup_ci_high"))
 
 
 def fig_speedup_vs_batch_size(runs: pd.DataFrame, path) -> pd.DataFrame:
@@ -204,13 +221,16 @@ def fig_speedup_vs_batch_size(runs: pd.DataFrame, path) -> pd.DataFrame:
     by = varying(data, ["method", "temperature"], keep=("temperature",)) + ["draft_k"]
     if data["tree"].nunique() > 1:
         by.append("tree")
-    colours, handles = lines(left, data, "batch_size", "speedup", by)
+    colours, handles = lines(left, data, "batch_size", "speedup", by, err=("speedup_ci_low", "speedup_ci_high"))
     handles.append(ar_line(left))
+    notes.append("Bars: each run's 95% interval.")
     has_tps = data[["tokens_per_s", "ar_tokens_per_s"]].notna().all(axis=1)
     if has_tps.any():
         tps = data[has_tps]
-        lines(right, tps, "batch_size", "tokens_per_s", by, colours=colours, labelled=False)
-        lines(right, tps, "batch_size", "ar_tokens_per_s", by, colours=colours, labelled=False, ls="--", marker="x")
+        lines(right, tps, "batch_size", "tokens_per_s", by, colours=colours, labelled=False,
+              err=("tokens_per_s_ci_low", "tokens_per_s_ci_high"))
+        lines(right, tps, "batch_size", "ar_tokens_per_s", by, colours=colours, labelled=False, ls="--", marker="x",
+              err=("ar_tokens_per_s_ci_low", "ar_tokens_per_s_ci_high"))
         right.legend(handles=[Line2D([], [], color="grey", marker="o", label="speculative"),
                               Line2D([], [], color="grey", ls="--", marker="x", label="AR, same job")],
                      fontsize=8)
@@ -265,21 +285,32 @@ def fig_category_speedup(runs: pd.DataFrame, path) -> pd.DataFrame:
 
     fig, (ax,) = new_figure()
     x = np.arange(len(data))
-    bars = ax.bar(x, data["value"], color="C0", width=0.6, label="best run")
+    bars = ax.bar(x, data["value"], color="C0", width=0.6, label="best run (95% CI)")
+    error_bars(ax, data.assign(x=x), "x", "value", ("ci_low", "ci_high"), "black", alpha=0.8)
+    runner = data["runner_up"].notna()
+    if runner.any():
+        ax.scatter(x[runner.to_numpy()], data.loc[runner, "runner_up"], marker="_", s=200, color="C3",
+                   label="runner-up", zorder=3)
     several_methods = data["method"].nunique() > 1
-    for bar, r in zip(bars, data.to_dict("records")):
+    top_of = data[["value", "ci_high"]].max(axis=1)
+    for bar, r, y in zip(bars, data.to_dict("records"), top_of):
         text = f"k={fmt(r['draft_k'])} T={fmt(r['temperature'])}\nbs={fmt(r['batch_size'])}"
         if several_methods:
             text = f"{r['method']}\n{text}"
-        ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), xytext=(0, 2),
+        if r["tie"]:
+            text += "\n(tie)"
+        ax.annotate(text, (bar.get_x() + bar.get_width() / 2, y), xytext=(0, 2),
                     textcoords="offset points", ha="center", va="bottom", fontsize=7)
+    if data["tie"].any():
+        notes.append("(tie): the runner-up lies inside the winner's 95% interval (or the winner has none): "
+                     "the data do not tell them apart.")
     ar_line(ax)
     ax.set_xticks(x, data["category"], rotation=30 if len(data) > 6 else 0, ha="right" if len(data) > 6 else "center")
     ax.grid(False, axis="x")
     top = data.loc[data["value"].idxmax()]
     return finish(fig, ax, data, notes, path, xlabel="Spec-Bench category", ylabel="speedup over AR (×)",
                   title=f"Best speedup per category (highest: {top['category']}, {top['value']:.2f}×)",
-                  ylim=(0, data["value"].max() * 1.25))
+                  ylim=(0, top_of.max() * 1.3))
 
 
 def fig_provenance(runs: pd.DataFrame, path) -> pd.DataFrame:
@@ -344,28 +375,33 @@ FIGURES: dict[str, tuple[FigureFn, str, str]] = {
         "level right below the target."),
     "tokens_per_call_vs_k": (
         fig_tokens_per_call_vs_k, "Tokens per target call vs draft length, with theory",
-        "Mean tokens emitted per target call (bonus token included) vs k; dashed: "
-        "(1 − α^(k+1)) / (1 − α) at each run's measured acceptance α (k + 1 at α = 1)."),
+        "Mean acceptance length (1 + accepted / drafts: tokens per target call, bonus included) vs k; "
+        "dashed: the i.i.d. theory 1 + α̂ + … + α̂^k at each run's α̂ = accepted / (accepted + rejections)."),
     "speedup_vs_predicted": (
         fig_speedup_vs_predicted, "Measured vs predicted speedup",
-        "Measured speedup vs (1 − α^(k+1)) / ((1 − α)(kc + 1)), with measured α and the measured "
-        "cost ratio c of the level right below the target; dashed: y = x."),
+        "Measured speedup (bars: 95% interval) vs the cost model's prediction from the run's own timings: "
+        "rounds from tokens per call at α̂ and the draft depth, each round's measured draft forwards per level, "
+        "verification T(n) and overhead, plus prefill; dashed: y = x."),
     "wasted_vs_k": (
         fig_wasted_vs_k, "Wasted compute vs draft length",
         "Share of the level-below-target's drafts discarded (wasted_draft_fraction), and share of "
         "target-scored positions discarded (wasted_target_fraction), vs k."),
     "speedup_vs_temperature": (
         fig_speedup_vs_temperature, "Speedup vs temperature",
-        "Speedup over AR (tokens/s ÷ AR tokens/s in the same job) vs sampling temperature."),
+        "Speedup over AR (tokens/s ÷ AR tokens/s in the same job, interleaved per batch) vs sampling "
+        "temperature; bars: 95% intervals."),
     "speedup_vs_batch_size": (
         fig_speedup_vs_batch_size, "Speedup vs batch size",
-        "Left: speedup over AR vs batch size. Right: speculative (solid) vs AR (dashed) tokens/s."),
+        "Left: speedup over AR vs batch size. Right: speculative (solid) vs AR (dashed) tokens/s. Bars: 95% "
+        "intervals."),
     "position_acceptance": (
         fig_position_acceptance, "Per-position acceptance",
-        "Acceptance at each draft position i = 1..k (position_acceptance/i)."),
+        "Of the rounds that tested a draft token at depth i (the walk got there and the node had "
+        "children), the share that accepted one (position_acceptance/i)."),
     "category_speedup": (
         fig_category_speedup, "Speedup per Spec-Bench category",
-        "Best speedup per Spec-Bench category over all runs, each bar labelled with its config."),
+        "Best speedup per Spec-Bench category over all runs with its 95% interval, each bar labelled with "
+        "its config; red: the runner-up (a maximum over noisy runs is biased upwards)."),
     "provenance": (
         fig_provenance, "Provenance of emitted tokens",
         "Share of emitted tokens proposed by each level; target = the target's own tokens."),

@@ -47,10 +47,24 @@ def label(cols: list[str], key) -> str:
     return ", ".join(f"{_PREFIX.get(c, '')}{fmt(v)}" for c, v in zip(cols, key))
 
 
+def error_bars(ax, d: pd.DataFrame, x: str, y: str, err: tuple[str, str], colour, alpha: float = 0.7,
+               offset: float = 0.0) -> None:
+    """Each row's 95% interval ``err`` = (low column, high column) as a vertical bar at its
+    own (x, y); rows without an interval get none."""
+    d = d.dropna(subset=list(err))
+    if d.empty:
+        return
+    below = (d[y] - d[err[0]]).clip(lower=0)
+    above = (d[err[1]] - d[y]).clip(lower=0)
+    ax.errorbar(d[x] + offset, d[y], yerr=[below, above], fmt="none", ecolor=colour, alpha=alpha, capsize=3, lw=1)
+
+
 def lines(ax, d: pd.DataFrame, x: str, y: str, by: list[str], style_by: str | None = None,
-          colours: dict | None = None, labelled: bool = True, **kw) -> tuple[dict, list]:
+          colours: dict | None = None, labelled: bool = True, err: tuple[str, str] | None = None,
+          **kw) -> tuple[dict, list]:
     """One line per group: colour per ``by`` key, line style per ``style_by`` value. The
     line goes through the mean of ``y`` at each ``x``; runs sharing a point are dots.
+    ``err`` (low, high columns): each run's 95% interval as an error bar at its value.
 
     Returns the colour of each ``by`` key and legend handles: one per colour, then one
     per line style, so labels stay short instead of naming every combination."""
@@ -64,6 +78,8 @@ def lines(ax, d: pd.DataFrame, x: str, y: str, by: list[str], style_by: str | No
         ax.plot(mean.index, mean.values, color=colour, **kwargs)
         if g.duplicated(x).any():
             ax.plot(g[x], g[y], ls="none", marker=".", color=colour, alpha=0.35)
+        if err is not None and set(err) <= set(g.columns):
+            error_bars(ax, g, x, y, err, colour)
     handles = []
     if labelled:
         handles = [Line2D([], [], color=c, marker="o", markersize=4, label=label(by, k))
@@ -123,12 +139,13 @@ def finish(fig: Figure, ax, data: pd.DataFrame, notes: list[str], path, *, xlabe
 def line_figure(data: pd.DataFrame, x: str, y: str, by: list[str], path, notes: list[str], *, xticks,
                 xlabel: str, ylabel: str, title: str, style_by: str | None = None,
                 ylim: tuple[float, float] | None = None,
-                more: Callable[[object, dict], list] | None = None) -> pd.DataFrame:
+                more: Callable[[object, dict], list] | None = None,
+                err: tuple[str, str] | None = None) -> pd.DataFrame:
     """The common figure: ``y`` against ``x``, one line per ``by`` group (a line style per
     ``style_by`` value), then ``finish``. ``more(ax, colours)`` draws extra layers in the
-    lines' colours and returns their legend handles."""
+    lines' colours and returns their legend handles; ``err`` adds each run's 95% interval."""
     fig, (ax,) = new_figure()
-    colours, handles = lines(ax, data, x, y, by, style_by)
+    colours, handles = lines(ax, data, x, y, by, style_by, err=err)
     if more is not None:
         handles += more(ax, colours)
     ax.set_xticks(xticks)

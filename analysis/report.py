@@ -4,7 +4,9 @@
 
 Defaults: tracking_uri = sqlite:///<absolute cwd>/mlflow.db, parent = the experiment's
 most recent parent run, out = report/. The PNGs and report.md are also logged as
-artifacts of the parent run under ``report/``; that is the only write to MLflow.
+artifacts of the parent run under ``report/``, and the best speedups with their 95%
+intervals and the cost model's errors as the parent's metrics (``parent_metrics``);
+those are the only writes to MLflow.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from pathlib import Path
 import pandas as pd
 from mlflow import MlflowClient
 
-from analysis.figures import FIGURES, FigureSkipped
+from analysis.figures import FIGURES, FigureSkipped, prediction_errors
 from analysis.load import latest_parent, load_runs
-from analysis.runs import best_per_category, configs, metric
+from analysis.runs import best_per_category, configs, fmt, metric, with_interval
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,7 @@ def build_report(
     for name in plotted:
         client.log_artifact(parent, str(out / f"{name}.png"), artifact_path="report")
     client.log_artifact(parent, str(out / "report.md"), artifact_path="report")
+    _log_parent_metrics(client, parent, parent_metrics(runs))
     log.info("report for parent %s written to %s and logged to the parent run", parent, out)
     return plotted
 
@@ -84,12 +87,25 @@ def _number(v):
     return int(v) if isinstance(v, float) and v.is_integer() else v
 
 
+def _apart(r: dict) -> str:
+    if pd.isna(r["runner_up"]):
+        return "only run"
+    if pd.isna(r["ci_low"]):
+        return f"no interval; runner-up {r['runner_up']:.2f}"
+    if r["tie"]:
+        return f"no: runner-up {r['runner_up']:.2f} is inside the interval"
+    return f"yes: runner-up {r['runner_up']:.2f} is below it"
+
+
 def best_table(runs: pd.DataFrame) -> pd.DataFrame:
     best = best_per_category(runs, overall=True)
     if best.empty:
         return best
+    rows = best.to_dict("records")
     return pd.DataFrame({
-        "category": best["category"], "speedup (×)": best["value"], "method": best["method"],
+        "category": best["category"],
+        "speedup (×, 95% CI)": [with_interval(r["value"], r["ci_low"], r["ci_high"]) for r in rows],
+        "apart from the runner-up?": [_apart(r) for r in rows], "method": best["method"],
         "draft_k": best["draft_k"].map(_number), "temperature": best["temperature"].map(lambda t: f"{t:g}"),
         "batch_size": best["batch_size"].map(_number), "tree": best["tree"],
         "run": best["run_id"].str[:8],
@@ -101,12 +117,67 @@ def runs_table(runs: pd.DataFrame) -> pd.DataFrame:
     rows = [{
         "method": r["method"], "draft_k": _number(r["draft_k"]), "temperature": f"{r['temperature']:g}",
         "batch_size": _number(r["batch_size"]), "tree": r["tree"],
-        "acceptance": metric(r, "acceptance_rate"),
-        "tokens/call": metric(r, "mean_accepted_tokens_per_call"),
-        "speedup (×)": metric(r, "speedup"), "tokens/s": f"{metric(r, 'tokens_per_s'):.1f}",
+        "acceptance": metric(r, "acceptance_rate"), "α̂": metric(r, "alpha_hat"),
+        "tokens/call": metric(r, "mean_acceptance_length"),
+        "speedup (×, 95% CI)": with_interval(metric(r, "speedup"), metric(r, "speedup_ci_low"),
+                                            metric(r, "speedup_ci_high")),
+        "predicted (×)": metric(r, "predicted_speedup"),
+        "tokens/s": f"{metric(r, 'tokens_per_s'):.1f}", "timing spread": metric(r, "timing_spread"),
         "status": r["status"], "run": r["run_id"][:8],
     } for r in d.to_dict("records")]
     return pd.DataFrame(rows)
+
+
+def parent_metrics(runs: pd.DataFrame) -> dict[str, float]:
+    """What the parent run shows of its sweep: the best speedup overall and per category,
+    each with its 95% interval (``best_speedup``, ``best_speedup_ci_low``, ...,
+    ``best_speedup/<category>``), and the cost model's median and worst |error|."""
+    out: dict[str, float] = {}
+    for r in best_per_category(runs, overall=True).to_dict("records"):
+        tail = "" if r["category"] == "all" else f"/{r['category']}"
+        out[f"best_speedup{tail}"] = r["value"]
+        if not pd.isna(r["ci_low"]):
+            out[f"best_speedup_ci_low{tail}"] = r["ci_low"]
+            out[f"best_speedup_ci_high{tail}"] = r["ci_high"]
+    errors = prediction_errors(configs(runs)).abs().dropna()
+    if not errors.empty:
+        out["prediction_error_median"] = float(errors.median())
+        out["prediction_error_worst"] = float(errors.max())
+    return out
+
+
+def _log_parent_metrics(client: MlflowClient, parent: str, metrics: dict[str, float]) -> None:
+    from mlflow.entities import Metric
+
+    now = int(datetime.now(timezone.utc).timestamp() * 1000)
+    items = [Metric(k, float(v), now, 0) for k, v in metrics.items()]
+    for i in range(0, len(items), 100):
+        client.log_batch(parent, metrics=items[i : i + 100])
+
+
+def prediction_note(runs: pd.DataFrame) -> list[str]:
+    """The closing note on the cost model: how far its prediction is from each measured
+    speedup, median and worst."""
+    d = configs(runs)
+    d = d.assign(error=prediction_errors(d)).dropna(subset=["error"])
+    if d.empty:
+        return ["_No run logged both predicted_speedup and speedup._"]
+    worst = d.loc[d["error"].abs().idxmax()]
+    within = int((d["error"].abs() <= 0.10).sum())
+    return [
+        f"Predicted speedup vs measured, over {len(d)} run(s): median |error| {d['error'].abs().median():.1%}, "
+        f"worst {abs(worst['error']):.1%} ({worst['method']} k={fmt(worst['draft_k'])} T={fmt(worst['temperature'])} "
+        f"bs={fmt(worst['batch_size'])}, run `{worst['run_id'][:8]}`: predicted "
+        f"{metric(worst, 'predicted_speedup'):.2f}×, measured {metric(worst, 'speedup'):.2f}×); "
+        f"{within} of {len(d)} within 10%.",
+        "",
+        "Each job predicts from its own timings (`stagedspec/cost_model.py`). Measured: each round's time by "
+        "part (every level's draft forwards, the verification T(n) for the n positions scored, the rest), each "
+        "batch's prefill, the baseline's tokens per second, and the job's size (tokens per row, draft depth per "
+        "round). Predicted: tokens per target call from α̂ = accepted / (accepted + rejections) and the draft "
+        "depth (i.i.d. model), hence the rounds, the wall time and the speedup. A gap is where acceptance is not "
+        "i.i.d. (it comes in runs: copying), not timing noise, which both sides share.",
+    ]
 
 
 def _markdown(experiment, tracking_uri, parent, runs, plotted, skipped) -> str:
@@ -126,6 +197,11 @@ def _markdown(experiment, tracking_uri, parent, runs, plotted, skipped) -> str:
     ]
     best = best_table(runs)
     out.append(markdown_table(best) if not best.empty else "_No run logged a speedup metric._")
+    if not best.empty:
+        out += ["", "Speedups are pooled over each job's prompts (method and baseline interleaved per batch, "
+                "`repeats` times) with a 95% t interval over prompts (over repeats when a category has one "
+                "prompt). The best of many noisy runs is biased upwards: a winner whose runner-up lies inside its "
+                "interval is not shown to be better."]
     out += ["", "## Figures", ""]
     for i, (name, (_, heading, caption)) in enumerate(FIGURES.items()):
         out.append(f"### ({chr(ord('a') + i)}) {heading}")
@@ -138,6 +214,7 @@ def _markdown(experiment, tracking_uri, parent, runs, plotted, skipped) -> str:
                 out.append(f"- _{note}_")
         out.append("")
     out += ["## All runs", "", markdown_table(runs_table(runs)), ""]
+    out += ["## Cost model: predicted vs measured", "", *prediction_note(runs), ""]
     return "\n".join(out)
 
 

@@ -75,9 +75,29 @@ def single_x_note(data: pd.DataFrame, x: str, what: str, notes: list[str]) -> No
         notes.append(f"Only one {what} ({fmt(values[0])}) in these runs: drawn as points, no trend to read.")
 
 
+def ci_names(name: str) -> tuple[str, str]:
+    """The interval metrics of a metric: ``speedup/qa`` -> ``speedup_ci_low/qa``, ``speedup_ci_high/qa``."""
+    head, sep, tail = name.partition("/")
+    return f"{head}_ci_low{sep}{tail}", f"{head}_ci_high{sep}{tail}"
+
+
+def with_interval(value: float, low: float, high: float, digits: int = 2) -> str:
+    """"1.25 [0.94, 1.65]"; "1.25 [no interval]" when none was logged."""
+    if value is None or pd.isna(value):
+        return "–"
+    if low is None or high is None or pd.isna(low) or pd.isna(high):
+        return f"{value:.{digits}f} [no interval]"
+    return f"{value:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+
+
 def best_per_category(runs: pd.DataFrame, overall: bool = False) -> pd.DataFrame:
     """Per Spec-Bench category (``speedup/<category>``), the run with the highest speedup,
-    over every run and batch size; with ``overall`` a first row "all" for ``speedup``."""
+    over every run and batch size; with ``overall`` a first row "all" for ``speedup``.
+
+    A maximum over noisy runs is biased upwards (the winner's curse), so each row also
+    carries the winner's 95% interval (``ci_low``, ``ci_high``) and the runner-up; ``tie``
+    is True when the runner-up's speedup lies inside the winner's interval (or the winner
+    has none): the data do not tell the two apart."""
     d = configs(runs)
     names = sorted(c[len("metrics.speedup/"):] for c in d.columns if c.startswith("metrics.speedup/"))
     pairs = ([("all", "speedup")] if overall else []) + [(n, f"speedup/{n}") for n in names]
@@ -86,8 +106,15 @@ def best_per_category(runs: pd.DataFrame, overall: bool = False) -> pd.DataFrame
         col = f"metrics.{name}"
         if col not in d.columns or d[col].isna().all():
             continue
-        r = d.loc[d[col].idxmax()]
-        rows.append({"category": category, "metric": name, "value": float(r[col]),
+        ranked = d.dropna(subset=[col]).sort_values(col, ascending=False, kind="stable")
+        r = ranked.iloc[0]
+        low, high = (float(r.get(f"metrics.{c}", np.nan)) for c in ci_names(name))
+        second = ranked.iloc[1] if len(ranked) > 1 else None
+        runner_up = float(second[col]) if second is not None else np.nan
+        tie = second is not None and (np.isnan(low) or runner_up >= low)
+        rows.append({"category": category, "metric": name, "value": float(r[col]), "ci_low": low, "ci_high": high,
                      "run_id": r["run_id"], "method": r["method"], "draft_k": r["draft_k"],
-                     "temperature": r["temperature"], "batch_size": r["batch_size"], "tree": r["tree"]})
+                     "temperature": r["temperature"], "batch_size": r["batch_size"], "tree": r["tree"],
+                     "runner_up": runner_up, "runner_up_run_id": second["run_id"] if second is not None else None,
+                     "tie": bool(tie)})
     return pd.DataFrame(rows)

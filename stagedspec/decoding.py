@@ -141,14 +141,15 @@ class SpeculativeDecoder:
                 results[i].output_ids.extend(new)
                 results[i].provenance.extend(origin)
                 stats = RoundStats(
-                    drafted=dict(tree.drafted), accepted=dict(tree.accepted), draft_calls=dict(calls),
+                    drafted=dict(tree.drafted), accepted=dict(tree.accepted),
                     emitted=len(new), target_positions=1 + len(tree), accepted_depth=len(path),
+                    rejected=(path[-1] if path else -1) in tree.parents, draft_depth=tree.depth(),
                     tree_nodes=len(tree), padding_positions=n_max - widths[row],
                 )
                 if draft_name is not None:
                     stats.drafted[draft_name] = stats.drafted.get(draft_name, 0) + len(tree)
                     stats.accepted[draft_name] = stats.accepted.get(draft_name, 0) + len(path)
-                results[i].record(stats, depth_offered=tree.depth())
+                results[i].record(stats)
                 if eos_at is not None:
                     results[i].finished_reason = "eos"
                 elif len(results[i].output_ids) >= max_new_tokens:
@@ -166,7 +167,8 @@ class SpeculativeDecoder:
                 active = [active[r] for r in keep]
             res.target_calls += 1
             t3 = time.perf_counter()
-            res.phase_times.append(PhaseTimes(draft=t1 - t0, verify=t2 - t1, overhead=t3 - t2))
+            res.phase_times.append(PhaseTimes(draft=t1 - t0, verify=t2 - t1, overhead=t3 - t2, draft_calls=calls,
+                                              rows=len(trees), width=n_max))
 
         res.wall_time = time.perf_counter() - t_start
         fwd1 = self._forward_stats()

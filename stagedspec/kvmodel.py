@@ -27,6 +27,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 from .kernels import HF_PLAN, KernelPlan, install
+from .models import check_logit_processing, final_logit_processing
 
 _DUMMY = -2  # parent marker of a padding slot
 
@@ -108,6 +109,32 @@ class SlotLayer(CacheLayerMixin):
         self.is_initialized = False
 
 
+def _refuse_cache_layers_we_do_not_handle(model: torch.nn.Module) -> None:
+    """Refuse a model whose cache Hugging Face would build with layers other than plain
+    full attention: a sliding-window layer (``DynamicSlidingWindowLayer``) trims itself
+    once it holds more than its window, behind the back of the slot bookkeeping here
+    (rollback, trees, holes), and chunked or recurrent layers are no plain KV list either.
+    A window at least as long as the model's context never trims, so it is allowed."""
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+
+    config = model.config
+    context = getattr(config.get_text_config(decoder=True), "max_position_embeddings", None)
+    for i, layer in enumerate(DynamicCache(config=config).layers):
+        if type(layer) is DynamicLayer:
+            continue
+        window = getattr(layer, "sliding_window", None)
+        if isinstance(layer, DynamicSlidingWindowLayer) and window is not None and context is not None \
+                and window >= context:
+            continue
+        what = (f"a sliding window of {window} tokens (context {context})" if isinstance(layer, DynamicSlidingWindowLayer)
+                else f"a {type(layer).__name__} cache layer")
+        raise ValueError(
+            f"model family {getattr(config, 'model_type', type(model).__name__)!r}: layer {i} has {what}; the KV "
+            "cache here (rollback, token trees) handles plain full-attention layers only, so this model is refused "
+            "until it handles that"
+        )
+
+
 def _tril(n: int, batch: int) -> torch.Tensor:
     return torch.ones(n, n, dtype=torch.bool).tril().expand(batch, n, n)
 
@@ -127,6 +154,11 @@ class KVModel:
         self.device, self.dtype = p.device, p.dtype
         self.decoder = model.get_decoder()
         self.head = model.get_output_embeddings()
+        _refuse_cache_layers_we_do_not_handle(model)
+        # the head is applied here, at the wanted positions only: so is what the model's own
+        # forward does after it (a scale, a soft cap); a family doing more is refused
+        check_logit_processing(model)
+        self.final_logits = final_logit_processing(model.config)
         self.vocab_map = None if vocab_map is None else vocab_map.to(self.device)
         self.vocab_size = int(vocab_size if vocab_map is not None else self.head.weight.shape[0])
         self.forward_time = 0.0
@@ -354,7 +386,8 @@ class KVModel:
             counts = [len(w) for w in want]
             rows = torch.tensor([b for b, w in enumerate(want) for _ in w], dtype=torch.long, device=self.device)
             cols = torch.tensor([j for w in want for j in w], dtype=torch.long, device=self.device)
-            logits = self.head(states[rows, cols]).float() if len(rows) else states.new_zeros(0, self.head.weight.shape[0])
+            logits = (self.final_logits(self.head(states[rows, cols])).float() if len(rows)
+                      else states.new_zeros(0, self.head.weight.shape[0]))
         if self.vocab_map is not None:
             full = logits.new_full((logits.shape[0], self.vocab_size), float("-inf"))
             full[:, self.vocab_map] = logits

@@ -1,23 +1,45 @@
-"""Per-round and per-sequence statistics of speculative decoding.
+"""Per-round and per-sequence statistics of speculative decoding, and the metric definitions.
 
-Metric definitions follow vLLM's speculative-decoding metrics word for word, so numbers
-compare with theirs:
+vLLM's speculative-decoding metrics, word for word, so numbers compare with theirs:
 
-- draft acceptance rate = accepted / drafted (per level: tokens a level proposed to the
-  level above it, and how many that level kept);
-- mean acceptance length = 1 + accepted / drafts, i.e. tokens emitted per target call
-  (the bonus or resampled token counts);
+- draft acceptance rate = accepted / drafted (``acceptance_rate/<level>``: tokens a level
+  proposed to the level above it, and how many that level kept; ``acceptance_rate`` for
+  the level that drafts for the target);
+- mean acceptance length = 1 + accepted / drafts (``mean_acceptance_length``): drafts =
+  verification rounds, one per sequence per round; the bonus or resampled token counts;
+  it does not see ``max_new_tokens`` or EOS. ``mean_accepted_tokens_per_call`` is the
+  same number under its older name;
 - system efficiency = emitted / positions the target scored (for a chain of k drafts,
   positions = k + 1 per round, which is vLLM's ``rounds * (k + 1)``);
-- per-position acceptance: for draft depth i (1-based), the share of rounds that reached
-  depth i - 1 and accepted a token at depth i.
+- per-position acceptance (``position_acceptance/<i>``): of the rounds that *tested* a
+  draft token at depth i (the walk stood at depth i - 1 on a node with children), the
+  share that accepted one there.
+
+Ours, each named for what it is:
+
+- ``mean_emitted_tokens_per_call`` = emitted / drafts: tokens appended per verification,
+  cut by ``max_new_tokens`` and EOS (so below the mean acceptance length);
+- ``alpha_hat`` = accepted / (accepted + rejections): a consistent estimate of the
+  per-token acceptance probability alpha of an i.i.d. model. Every test the target
+  makes either accepts (counted in accepted) or rejects and ends the round (a
+  rejection); a round that ran out of draft ends without a test. accepted / drafted is
+  *not* alpha: it is alpha (1 - alpha^k) / (k (1 - alpha)) for a chain of k, so a theory
+  fed with it falls with k by construction;
+- ``predicted_tokens_per_call``: 1 + alpha_hat + ... + alpha_hat^d averaged over the
+  rounds, d the depth of each round's draft (k for a chain): what the i.i.d. model
+  predicts for the mean acceptance length, from alpha_hat and the draft shapes only;
+- ``draft_calls/<level>``: the level's forwards over the whole batch (a batch of look-ups
+  for a model-free level), counted once per batch round, never once per row;
+  ``draft_call_s/<level>``: seconds per such call; ``target_call_s``: seconds per target
+  forward; ``verify_s/<n>``: mean seconds of the verification phase of the batch rounds
+  whose widest row scored n positions (root + draft nodes).
 
 Everything here is plain Python: no torch, Hydra or MLflow, so analysis code can use it.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -30,6 +52,13 @@ def method_name(level_names: Iterable[str]) -> str:
     return ">".join([*level_names, TARGET])
 
 
+def geometric_tokens(alpha: float, depth: int) -> float:
+    """1 + alpha + ... + alpha^depth: expected tokens per verification of a chain of
+    ``depth`` drafts when each is accepted with probability alpha, independently
+    (Leviathan et al. 2023, eq. 1), the bonus token included."""
+    return float(sum(alpha ** i for i in range(depth + 1)))
+
+
 @dataclass
 class RoundStats:
     """What one verification round did for one sequence."""
@@ -37,15 +66,19 @@ class RoundStats:
     drafted: dict[str, int] = field(default_factory=dict)
     """Tokens each draft level proposed to the level above it in this round."""
     accepted: dict[str, int] = field(default_factory=dict)
-    """Of ``drafted``, how many the level above kept."""
-    draft_calls: dict[str, int] = field(default_factory=dict)
-    """Forward passes (or table look-ups) each draft level made."""
+    """Of ``drafted``, how many the level above kept (for a level below a staged level:
+    the tokens it offered upward, i.e. those within the staged level's k)."""
     emitted: int = 0
     """Tokens appended to the output (accepted drafts + the target's own token)."""
     target_positions: int = 0
     """Positions the target scored for this sequence (root + draft nodes)."""
     accepted_depth: int = 0
     """Draft tokens the target accepted (depth of the accepted path in the tree)."""
+    rejected: bool = False
+    """The target tested a draft token after the accepted path and rejected it (every
+    candidate there); False when the walk ended on a node without children."""
+    draft_depth: int = 0
+    """Depth of the draft tree (k for a chain; 0 without a draft)."""
     tree_nodes: int = 0
     """Draft nodes sent to the target (= draft length for a chain)."""
     padding_positions: int = 0
@@ -56,14 +89,26 @@ class RoundStats:
         """Positions the target scored whose result was thrown away."""
         return self.target_positions - self.emitted
 
+    @property
+    def tests(self) -> int:
+        """Draft depths the target tested: each accepted one, plus the rejection if any."""
+        return self.accepted_depth + int(self.rejected)
+
 
 @dataclass
 class PhaseTimes:
-    """Wall time of one batch round, split by phase (seconds)."""
+    """One batch round: its wall time split by phase (seconds), and what it computed."""
 
     draft: float = 0.0
     verify: float = 0.0
     overhead: float = 0.0
+    draft_calls: dict[str, int] = field(default_factory=dict)
+    """Forwards each draft level made over the batch in this round (a batch of look-ups
+    for a model-free level)."""
+    rows: int = 0
+    """Sequences in the batch this round."""
+    width: int = 0
+    """Positions the target scored per row: the widest row's tail + draft nodes."""
 
     @property
     def total(self) -> float:
@@ -82,20 +127,19 @@ class SequenceResult:
     position_accepted: list[int] = field(default_factory=list)
     """Index i: rounds that accepted a draft token at depth i + 1."""
     position_reached: list[int] = field(default_factory=list)
-    """Index i: rounds that had a draft token at depth i + 1 to test."""
+    """Index i: rounds that tested a draft token at depth i + 1."""
     finished_reason: str = ""
     draft_level: str | None = None
     """Name of the level that drafts directly for the target (None for plain decoding)."""
 
-    def record(self, r: RoundStats, depth_offered: int) -> None:
-        """Add one round; ``depth_offered`` is the deepest draft depth the target could test."""
+    def record(self, r: RoundStats) -> None:
+        """Add one round. Depth i + 1 was tested when the first i were accepted and the
+        node reached had children: every accepted depth, plus the rejected one."""
         self.rounds.append(r)
-        need = depth_offered
-        while len(self.position_reached) < need:
+        while len(self.position_reached) < r.tests:
             self.position_reached.append(0)
             self.position_accepted.append(0)
-        # depth i+1 was *tested* when the first i were accepted (a rejection stops the walk)
-        for i in range(min(r.accepted_depth + 1, depth_offered)):
+        for i in range(r.tests):
             self.position_reached[i] += 1
         for i in range(r.accepted_depth):
             self.position_accepted[i] += 1
@@ -116,7 +160,7 @@ class GenerationResult:
     wall_time: float = 0.0
     """Total wall time of ``generate`` including prefill."""
     draft_call_time: dict[str, float] = field(default_factory=dict)
-    """Seconds spent inside each draft level's model forwards (for the cost ratio c)."""
+    """Seconds spent inside each draft level's own forwards (look-ups for a model-free level)."""
     draft_forwards: dict[str, int] = field(default_factory=dict)
     target_forward_time: float = 0.0
     """Seconds spent inside target forwards during rounds (prefill excluded)."""
@@ -138,18 +182,28 @@ class GenerationResult:
                 out.draft_forwards[k] = out.draft_forwards.get(k, 0) + n
         return out
 
+    @property
+    def emitted(self) -> int:
+        return sum(len(s.output_ids) for s in self.sequences)
+
     def summary(self) -> dict[str, float]:
+        """``summarize`` over the sequences, then what only the batch knows: times, and
+        counts of forwards, which a batch shares between its rows."""
         out = summarize(self.sequences)
-        emitted = sum(len(s.output_ids) for s in self.sequences)
-        out["tokens_per_s"] = emitted / self.wall_time if self.wall_time > 0 else 0.0
+        out["tokens_per_s"] = self.emitted / self.wall_time if self.wall_time > 0 else 0.0
         out["wall_time_s"] = self.wall_time
         out["prefill_time_s"] = self.prefill_time
         t = PhaseTimes()
+        calls: Counter[str] = Counter()
+        by_width: dict[int, list[float]] = defaultdict(list)
         for p in self.phase_times:
             t.draft += p.draft
             t.verify += p.verify
             t.overhead += p.overhead
+            calls.update(p.draft_calls)
+            by_width[p.width].append(p.verify)
         round_time = t.total
+        n_rounds = len(self.phase_times)
         out["time_draft_s"] = t.draft
         out["time_verify_s"] = t.verify
         out["time_overhead_s"] = t.overhead
@@ -157,13 +211,23 @@ class GenerationResult:
         out["share_outside_forwards"] = (
             max(0.0, round_time - forward_time) / round_time if round_time > 0 else 0.0
         )
+        out["target_calls"] = float(self.target_calls)
         out["batch_target_calls"] = float(self.target_calls)
+        out["batch_rounds"] = float(n_rounds)
+        if n_rounds:
+            out["round_s"] = round_time / n_rounds
         if self.target_calls:
-            per_target = self.target_forward_time / self.target_calls
-            for level, secs in self.draft_call_time.items():
-                n = self.draft_forwards.get(level, 0)
-                if n and per_target > 0:
-                    out[f"cost_ratio/{level}"] = (secs / n) / per_target
+            out["target_call_s"] = self.target_forward_time / self.target_calls
+        for level, n in calls.items():
+            out[f"draft_calls/{level}"] = float(n)
+            out[f"draft_calls_per_round/{level}"] = n / n_rounds
+        for level, secs in self.draft_call_time.items():
+            n = self.draft_forwards.get(level, 0)
+            if n:
+                out[f"draft_call_s/{level}"] = secs / n
+        for width, secs in sorted(by_width.items()):
+            if width:
+                out[f"verify_s/{width}"] = sum(secs) / len(secs)
         return out
 
 
@@ -171,9 +235,9 @@ def summarize(sequences: list[SequenceResult]) -> dict[str, float]:
     """Aggregate metrics over sequences (counts are summed, then divided)."""
     drafted: Counter[str] = Counter()
     accepted: Counter[str] = Counter()
-    calls: Counter[str] = Counter()
     prov: Counter[str] = Counter()
-    emitted = positions = padding = nodes = rounds = depth = 0
+    emitted = positions = padding = nodes = rounds = depth = rejections = 0
+    depths: Counter[int] = Counter()
     reached: list[int] = []
     acc_pos: list[int] = []
     for s in sequences:
@@ -181,12 +245,13 @@ def summarize(sequences: list[SequenceResult]) -> dict[str, float]:
         for r in s.rounds:
             drafted.update(r.drafted)
             accepted.update(r.accepted)
-            calls.update(r.draft_calls)
             emitted += r.emitted
             positions += r.target_positions
             padding += r.padding_positions
             nodes += r.tree_nodes
             depth += r.accepted_depth
+            rejections += int(r.rejected)
+            depths[r.draft_depth] += 1
             rounds += 1
         for i, (n_reached, n_acc) in enumerate(zip(s.position_reached, s.position_accepted)):
             if i >= len(reached):
@@ -194,11 +259,14 @@ def summarize(sequences: list[SequenceResult]) -> dict[str, float]:
                 acc_pos.append(0)
             reached[i] += n_reached
             acc_pos[i] += n_acc
+    acceptance_length = 1.0 + depth / rounds if rounds else 0.0
     out: dict[str, float] = {
         "rounds": float(rounds),
         "emitted": float(emitted),
         "target_calls": float(rounds),
-        "mean_accepted_tokens_per_call": emitted / rounds if rounds else 0.0,
+        "mean_acceptance_length": acceptance_length,
+        "mean_accepted_tokens_per_call": acceptance_length,
+        "mean_emitted_tokens_per_call": emitted / rounds if rounds else 0.0,
         "system_efficiency": emitted / positions if positions else 0.0,
         "tree_nodes_per_call": nodes / rounds if rounds else 0.0,
         "accepted_depth_per_call": depth / rounds if rounds else 0.0,
@@ -211,12 +279,16 @@ def summarize(sequences: list[SequenceResult]) -> dict[str, float]:
         out[f"accepted/{level}"] = float(a)
         out[f"acceptance_rate/{level}"] = a / d if d else 0.0
         out[f"wasted_draft_fraction/{level}"] = (d - a) / d if d else 0.0
-        out[f"draft_calls/{level}"] = float(calls[level])
     # the level right below the target is the one whose drafts the target saw
     top = next((s.draft_level for s in sequences if s.draft_level), None)
     if top is not None:
         d, a = drafted[top], accepted[top]
         out["acceptance_rate"] = a / d if d else 0.0
+    if depth + rejections:
+        alpha = depth / (depth + rejections)
+        out["alpha_hat"] = alpha
+        out["rejections"] = float(rejections)
+        out["predicted_tokens_per_call"] = sum(n * geometric_tokens(alpha, d) for d, n in depths.items()) / rounds
     for i, (n_reached, n_acc) in enumerate(zip(reached, acc_pos)):
         out[f"position_acceptance/{i + 1}"] = n_acc / n_reached if n_reached else 0.0
     total_prov = sum(prov.values())

@@ -22,6 +22,7 @@ from mlflow.entities import Metric, Param
 from analysis import ExperimentNotFound, latest_parent, load_runs
 from analysis.figures import FIGURES, FigureSkipped, fig_category_speedup, fig_speedup_vs_temperature
 from analysis.report import build_report, main, parse_args
+from analysis.runs import best_per_category
 from analysis.theory import expected_tokens_per_call, predicted_speedup
 
 EXPERIMENT = "fake-sweep"
@@ -58,9 +59,19 @@ def _config(method: str, k: int, t: float, bs: int) -> tuple[dict, dict]:
     tokens = float(expected_tokens_per_call(alpha, k)) * 0.97
     speedup = float(predicted_speedup(alpha, k, 0.12)) * (0.9 if bs == 1 else 0.6) + 0.001 * k
     metrics = {
-        "acceptance_rate": alpha,
+        "acceptance_rate": alpha * (1 - alpha ** k) / (k * (1 - alpha)),  # accepted / drafted, not alpha
         "acceptance_rate/small": alpha,
+        "alpha_hat": alpha,
+        "mean_acceptance_length": tokens,
         "mean_accepted_tokens_per_call": tokens,
+        "predicted_speedup": speedup * (1.04 + 0.01 * k),
+        "speedup_ci_low": speedup * 0.9,
+        "speedup_ci_high": speedup * 1.1,
+        "tokens_per_s_ci_low": ar * speedup * 0.9,
+        "tokens_per_s_ci_high": ar * speedup * 1.1,
+        "ar_tokens_per_s_ci_low": ar * 0.95,
+        "ar_tokens_per_s_ci_high": ar * 1.05,
+        "timing_spread": 0.05,
         "system_efficiency": tokens / (k + 1),
         "wasted_draft_fraction/small": (k - (tokens - 1)) / k,
         "wasted_target_fraction": 1 - tokens / (k + 1),
@@ -83,6 +94,8 @@ def _config(method: str, k: int, t: float, bs: int) -> tuple[dict, dict]:
     for cat, factor in CATEGORIES.items():
         bonus = 3.0 if WINNERS[cat] == (method, k, t, bs) else 0.0
         metrics[f"speedup/{cat}"] = speedup * factor + bonus
+        metrics[f"speedup_ci_low/{cat}"] = (speedup * factor + bonus) * 0.85
+        metrics[f"speedup_ci_high/{cat}"] = (speedup * factor + bonus) * 1.15
         metrics[f"tokens_per_s/{cat}"] = ar * speedup * factor
         metrics[f"mean_accepted_tokens_per_call/{cat}"] = tokens * factor
     return params, metrics
@@ -200,13 +213,20 @@ def test_every_figure_is_a_png_of_fixed_size(sweep):
 
 # Wide figures: plotted column -> logged metric name (given the row).
 WIDE = {
-    "tokens_per_call_vs_k": {"acceptance_rate": lambda r: "acceptance_rate",
-                             "mean_accepted_tokens_per_call": lambda r: "mean_accepted_tokens_per_call"},
-    "speedup_vs_predicted": {"acceptance_rate": lambda r: "acceptance_rate", "speedup": lambda r: "speedup",
-                             "cost_ratio": lambda r: f"cost_ratio/{r['top_level']}"},
-    "speedup_vs_temperature": {"speedup": lambda r: "speedup"},
+    "tokens_per_call_vs_k": {"alpha_hat": lambda r: "alpha_hat",
+                             "mean_acceptance_length": lambda r: "mean_acceptance_length"},
+    "speedup_vs_predicted": {"predicted_speedup": lambda r: "predicted_speedup", "speedup": lambda r: "speedup",
+                             "speedup_ci_low": lambda r: "speedup_ci_low", "speedup_ci_high": lambda r: "speedup_ci_high"},
+    "speedup_vs_temperature": {"speedup": lambda r: "speedup", "speedup_ci_low": lambda r: "speedup_ci_low",
+                               "speedup_ci_high": lambda r: "speedup_ci_high"},
     "speedup_vs_batch_size": {"speedup": lambda r: "speedup", "tokens_per_s": lambda r: "tokens_per_s",
-                              "ar_tokens_per_s": lambda r: "ar_tokens_per_s"},
+                              "ar_tokens_per_s": lambda r: "ar_tokens_per_s",
+                              "speedup_ci_low": lambda r: "speedup_ci_low",
+                              "tokens_per_s_ci_high": lambda r: "tokens_per_s_ci_high",
+                              "ar_tokens_per_s_ci_low": lambda r: "ar_tokens_per_s_ci_low"},
+    "category_speedup": {"value": lambda r: f"speedup/{r['category']}",
+                         "ci_low": lambda r: f"speedup_ci_low/{r['category']}",
+                         "ci_high": lambda r: f"speedup_ci_high/{r['category']}"},
 }
 
 
@@ -247,20 +267,22 @@ def test_figures_cover_the_expected_runs(sweep):
 
 
 def test_theory_matches_hand_computed_case(sweep):
-    # k = 2, alpha = 0.80 - 0.02 = 0.78, c = 0.12:
-    # tokens = 1 + 0.78 + 0.78^2 = 2.3884; speedup = 2.3884 / (2 * 0.12 + 1) = 2.3884 / 1.24.
+    # k = 2, alpha_hat = 0.80 - 0.02 = 0.78: tokens = 1 + 0.78 + 0.78^2 = 2.3884, at alpha_hat,
+    # not at accepted / drafted (0.78 * (1 - 0.78^2) / (2 * 0.22) = 0.7098, which would give 2.214)
     rid = sweep["keys"][(THREE, 2, 0.0, 1)]
     b = sweep["plotted"]["tokens_per_call_vs_k"].set_index("run_id").loc[rid]
-    assert b["acceptance_rate"] == 0.80 - 0.10 * 0.0 - 0.01 * 2
+    assert b["alpha_hat"] == 0.80 - 0.10 * 0.0 - 0.01 * 2
     assert b["theoretical_tokens_per_call"] == pytest.approx(2.3884, rel=1e-12)
     c = sweep["plotted"]["speedup_vs_predicted"].set_index("run_id").loc[rid]
-    assert c["predicted_speedup"] == pytest.approx(2.3884 / 1.24, rel=1e-12)
+    assert c["error"] == pytest.approx(1.06 - 1, rel=1e-9)  # the fake prediction is 6% high at k = 2
 
 
 def test_theory_edge_cases():
     assert expected_tokens_per_call(1.0, 4) == 5.0  # the alpha -> 1 limit, gamma + 1
     assert expected_tokens_per_call(0.0, 4) == 1.0
     assert predicted_speedup(1.0, 3, 0.5) == pytest.approx(4 / 2.5)
+    # a verification of 3 positions costing 1.5 single-position forwards: 2.3884 / (2 * 0.12 + 1.5)
+    assert predicted_speedup(0.78, 2, 0.12, 1.5) == pytest.approx(2.3884 / 1.74)
     np.testing.assert_allclose(expected_tokens_per_call(np.array([0.5, 1.0]), np.array([1, 2])), [1.5, 3.0])
 
 
@@ -290,22 +312,60 @@ def test_report_md_mentions_every_figure_and_best_table(sweep):
     md = (sweep["out"] / "report.md").read_text()
     for name, (_, heading, _) in FIGURES.items():
         assert f"]({name}.png)" in md and heading in md, name
-    best_rows = {line.split("|")[1].strip(): line for line in md.splitlines()
-                 if line.startswith("| ") and line.count("|") == 9}
-    for cat, key in WINNERS.items():
-        assert sweep["keys"][key][:8] in best_rows[cat], cat
+    best_section = md.split("## Best configuration per category")[1].split("## Figures")[0]
+    best_rows = {line.split("|")[1].strip(): line for line in best_section.splitlines() if line.startswith("| ")}
     logged = sweep["logged"]
+    for cat, key in WINNERS.items():
+        rid = sweep["keys"][key]
+        m = logged[rid]
+        assert rid[:8] in best_rows[cat], cat
+        # the winner's speedup with its interval, and whether the runner-up is inside it
+        assert (f"{m[f'speedup/{cat}']:.2f} [{m[f'speedup_ci_low/{cat}']:.2f}, "
+                f"{m[f'speedup_ci_high/{cat}']:.2f}]") in best_rows[cat], cat
+        assert "yes: runner-up" in best_rows[cat]  # the bonus of 3 puts it clear
     overall = max(logged, key=lambda rid: logged[rid]["speedup"])
     assert overall[:8] in best_rows["all"]
     assert sweep["old_child"][:8] not in md
-    all_runs = md.split("## All runs")[1]
+    all_runs = md.split("## All runs")[1].split("## Cost model")[0]
     assert all_runs.count("| ngram>small>target |") == 16 and all_runs.count("| target |") == 2
+    for rid, m in logged.items():  # every speedup in the runs table carries its interval
+        if "speedup_ci_low" in m:
+            assert f"{m['speedup']:.2f} [{m['speedup_ci_low']:.2f}, {m['speedup_ci_high']:.2f}]" in all_runs, rid
+    # the closing note: median and worst error of the prediction (worst: k = 8, 12% high)
+    note = md.split("## Cost model: predicted vs measured")[1]
+    assert "worst 12.0%" in note and "median |error|" in note
 
 
 def test_parent_run_holds_report_artifacts(sweep):
     client = sweep["client"]
     paths = {a.path for a in client.list_artifacts(sweep["parent"], "report")}
     assert paths == {"report/report.md"} | {f"report/{name}.png" for name in FIGURES}
+
+
+def test_parent_run_carries_best_speedups_with_intervals(sweep):
+    m = sweep["client"].get_run(sweep["parent"]).data.metrics
+    logged = sweep["logged"]
+    for cat, key in WINNERS.items():
+        rid = sweep["keys"][key]
+        for name in ("", "_ci_low", "_ci_high"):
+            assert m[f"best_speedup{name}/{cat}"] == pytest.approx(logged[rid][f"speedup{name}/{cat}"]), (cat, name)
+    overall = max(logged, key=lambda rid: logged[rid]["speedup"])
+    assert m["best_speedup_ci_low"] == pytest.approx(logged[overall]["speedup_ci_low"])
+    assert m["prediction_error_worst"] == pytest.approx(0.12) and 0.05 < m["prediction_error_median"] < 0.12
+
+
+def test_best_per_category_flags_a_runner_up_inside_the_interval():
+    runs = pd.DataFrame({
+        "run_id": ["a" * 8, "b" * 8, "c" * 8], "params.method": ["small>target"] * 3, "params.draft_k": [1, 2, 4],
+        "params.temperature": [0.0] * 3, "params.batch_size": [1] * 3,
+        "metrics.speedup/qa": [1.30, 1.25, 1.00], "metrics.speedup_ci_low/qa": [1.20, 1.10, 0.9],
+        "metrics.speedup_ci_high/qa": [1.40, 1.40, 1.1],
+        "metrics.speedup/math": [1.30, 1.10, np.nan], "metrics.speedup_ci_low/math": [1.20, 1.00, np.nan],
+        "metrics.speedup_ci_high/math": [1.40, 1.20, np.nan],
+    })
+    best = best_per_category(runs).set_index("category")
+    assert best.loc["qa", "run_id"] == "a" * 8 and best.loc["qa", "tie"]  # 1.25 is inside [1.20, 1.40]
+    assert best.loc["math", "runner_up"] == 1.10 and not best.loc["math", "tie"]
 
 
 def test_analysis_does_not_import_the_engine():

@@ -1,40 +1,47 @@
 """Sampled speculative decoding must reproduce the target's distribution exactly.
 
 Set-up: a tiny-vocabulary random target (8 tokens, peaked logits) and a deliberately
-different draft (its first layer only: acceptance about 34%). We draw N two-token continuations (each row of a large batch is an
-independent sample; batch size > 1 is exercised on the way) and run a chi-square
-goodness-of-fit test against the exact joint distribution p(x1) p(x2 | x1), computed by
-enumerating the target.
+different draft (its first layer only: acceptance about 34%). Each row of a large batch
+is an independent sample of **4 tokens** (batch size > 1 is exercised on the way), so
+drafts of 3 are accepted whole, cut by a rejection, or followed by a bonus token, and a
+staged level's inner rounds end inside the draft; the 3rd and 4th tokens come from all of
+these. Two chi-square goodness-of-fit tests per case, of the joint of tokens (1, 2) and
+of tokens (3, 4), against the exact joints, computed by enumerating all 8^4 paths through
+the target; alpha = 1e-4 per case, Bonferroni-split between the two pairs.
 
-Power: the tests below also run *mutants* of the acceptance rule (min(1, q/p) instead
-of min(1, p/q); no residual after a rejection; no residual between tree siblings) with
-the same N and assert that the test rejects them. The false-alarm rate of the honest
-test is alpha = 1e-4 per test. Measured with N = 6000 (29 cells with expected count
->= 5): honest chain 38 and tree 28 against a critical value of 66; the no-residual
-mutants score 916 (chain) and 1401 (tree), min(1, q/p) far more.
+Power: ``test_mutant_is_caught`` runs broken rules, each one fault, with the same N and
+asserts that a pair's statistic exceeds its critical value; the measured statistics are
+in the mutants' comments (critical values 64.1 for tokens 1-2, 26 degrees of freedom, and
+84.8 for tokens 3-4, 40; honest cases measured 1-59 against their critical values).
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import math
+import textwrap
 
 import pytest
 import torch
 
-from stagedspec import verification
+from stagedspec import decoding, verification
 from stagedspec.decoding import SpeculativeDecoder
 from stagedspec.drafters import KatzNgramDrafter, ModelDrafter, PromptLookupDrafter
+from stagedspec.drafters import model as model_drafter
+from stagedspec.models import truncated_copy
 from stagedspec.sampling import SamplingConfig, probabilities
 from stagedspec.tree import TreeShape
-
-from stagedspec.models import truncated_copy
 
 from .helpers import tiny_target
 
 V = 8
 PROMPT = [1, 5, 2, 5, 2]
+N_TOKENS = 4
+PAIRS = ((0, 1), (2, 3))
+"""Token positions (0-based) whose joint distribution is tested."""
 ALPHA_Z = 3.719  # one-sided normal quantile for alpha = 1e-4
+BONFERRONI_Z = 3.891  # ... for alpha = 1e-4 / 2: two pairs per case
 
 
 def chi2_critical(df: int, z: float = ALPHA_Z) -> float:
@@ -51,13 +58,25 @@ def _models():
     return target, draft
 
 
-def exact_joint(cfg: SamplingConfig) -> torch.Tensor:
-    target, _ = _models()
+@functools.lru_cache(maxsize=None)
+def exact_pairs(cfg: SamplingConfig) -> dict[tuple[int, int], torch.Tensor]:
+    """For each pair of positions, the exact joint of the emitted tokens there, from the
+    target's processed distribution along all V^4 paths."""
+    target = _models()[0].model
+    paths = torch.zeros(1, 0, dtype=torch.long)
+    weight = torch.ones(1)
     with torch.no_grad():
-        p1 = probabilities(target.model(torch.tensor([PROMPT])).logits[0, -1], cfg)
-        nxt = torch.tensor([PROMPT + [x] for x in range(V)])
-        p2 = probabilities(target.model(nxt).logits[:, -1], cfg)
-    return (p1[:, None] * p2).flatten()
+        for _ in range(N_TOKENS):
+            ctx = torch.cat([torch.tensor(PROMPT).expand(len(paths), -1), paths], 1)
+            nxt = probabilities(target(ctx).logits[:, -1], cfg)  # [paths, V]
+            weight = (weight[:, None] * nxt).flatten()
+            paths = torch.cat([paths.repeat_interleave(V, 0), torch.arange(V).repeat(len(paths))[:, None]], 1)
+    out = {}
+    for i, j in PAIRS:
+        joint = torch.zeros(V * V)
+        joint.index_add_(0, paths[:, i] * V + paths[:, j], weight)
+        out[(i, j)] = joint
+    return out
 
 
 def chi2(counts: torch.Tensor, probs: torch.Tensor) -> tuple[float, int]:
@@ -73,16 +92,27 @@ def chi2(counts: torch.Tensor, probs: torch.Tensor) -> tuple[float, int]:
     return float(stat), df
 
 
-def draw(drafter_factory, cfg: SamplingConfig, n: int, batch: int = 1000) -> torch.Tensor:
+def draw(drafter_factory, cfg: SamplingConfig, n: int, batch: int = 1000) -> dict[tuple[int, int], torch.Tensor]:
+    """Counts of each pair of emitted tokens over ``n`` rows, ``batch`` rows per decode."""
     target, _ = _models()
-    counts = torch.zeros(V * V)
+    counts = {pair: torch.zeros(V * V) for pair in PAIRS}
     for i in range(n // batch):
         dec = SpeculativeDecoder(target.model, drafter_factory(), SamplingConfig(
             temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p, seed=cfg.seed + i))
-        res = dec.generate([PROMPT] * batch, 2)
-        for s in res.sequences:
-            counts[s.output_ids[0] * V + s.output_ids[1]] += 1
+        for s in dec.generate([PROMPT] * batch, N_TOKENS).sequences:
+            for a, b in PAIRS:
+                counts[(a, b)][s.output_ids[a] * V + s.output_ids[b]] += 1
     return counts
+
+
+def statistics(factory, cfg: SamplingConfig, n: int | None = None) -> list[tuple[str, float, int, float]]:
+    """(pair, chi2, df, Bonferroni critical value) for each tested pair."""
+    exact, counts = exact_pairs(cfg), draw(factory, cfg, n or N, getattr(factory, "batch", 1000))
+    out = []
+    for pair in PAIRS:
+        stat, df = chi2(counts[pair], exact[pair])
+        out.append((f"tokens {pair[0] + 1}-{pair[1] + 1}", stat, df, chi2_critical(df, BONFERRONI_Z)))
+    return out
 
 
 def _model_chain():
@@ -93,8 +123,34 @@ def _model_tree():
     return ModelDrafter(_models()[1], k=3, tree=TreeShape.parse({"widths": [3, 2]}))
 
 
+def _model_tree_221():
+    return ModelDrafter(_models()[1], tree=TreeShape.parse({"widths": [2, 2, 1]}))
+
+
+def _dynamic():
+    return ModelDrafter(_models()[1], tree=TreeShape.parse({"dynamic": {"budget": 6, "topk": 3, "depth": 3}}))
+
+
+_dynamic.batch = 25  # a dynamic tree grows row by row here: every row's expansion pads all rows
+
+
+@functools.lru_cache(maxsize=None)
+def _lower_model():
+    """A third random model for a staged level's lower stage (batched, unlike an n-gram
+    LM per row, so the staged cases cost what the others do; ``test_drafts.py`` tests an
+    n-gram lower stage at tokens 3-4)."""
+    return tiny_target(vocab=V, layers=1, seed=3, init=0.3).model
+
+
 def _staged():
-    return ModelDrafter(_models()[1], k=3, lower=KatzNgramDrafter(V, k=2, order=2))
+    """Inner rounds of at most 3 tokens fill a draft of 4: most end inside it, on a bonus
+    or a residual token, so the staged level's q for those tokens is tested."""
+    return ModelDrafter(_models()[1], k=4, lower=ModelDrafter(_lower_model(), k=2, name="inner"))
+
+
+def _staged_tree():
+    return ModelDrafter(_models()[1], tree=TreeShape.parse({"widths": [2, 2, 1]}),
+                        lower=ModelDrafter(_lower_model(), k=2, name="inner"))
 
 
 def _ngram():
@@ -105,29 +161,42 @@ def _lookup():
     return PromptLookupDrafter(k=2)
 
 
-N = 6000
+def _staged_trees_supported() -> bool:
+    try:
+        _staged_tree()
+    except ValueError:
+        return False
+    return True
+
+
+N = 4000
 T1 = SamplingConfig(temperature=1.0, seed=11)
+T07 = SamplingConfig(temperature=0.7, top_k=5, top_p=0.9, seed=5)
+STAGED_TREES = pytest.mark.skipif(not _staged_trees_supported(), reason="a staged level drafts chains only here")
+CASES = {
+    "small-chain": (_model_chain, T1),
+    "small-tree": (_model_tree, T1),
+    "staged": (_staged, T1),
+    "ngram": (_ngram, T1),
+    "lookup": (_lookup, T1),
+    "chain-t0.7-topk-topp": (_model_chain, T07),
+    "tree221-t0.8-topp": (_model_tree_221, SamplingConfig(temperature=0.8, top_p=0.95, seed=6)),
+    "dynamic-t0.7-topk": (_dynamic, SamplingConfig(temperature=0.7, top_k=5, seed=7)),
+    "staged-t0.7-topk-topp": (_staged, T07),
+}
 
 
-@pytest.mark.parametrize(
-    "factory,cfg",
-    [
-        (_model_chain, T1),
-        (_model_tree, T1),
-        (_staged, T1),
-        (_ngram, T1),
-        (_lookup, T1),
-        (_model_chain, SamplingConfig(temperature=0.7, top_k=5, top_p=0.9, seed=5)),
-    ],
-    ids=["small-chain", "small-tree", "ngram>small", "ngram", "lookup", "t0.7-topk-topp"],
-)
+@pytest.mark.parametrize("factory,cfg", [
+    *CASES.values(),
+    pytest.param(_staged_tree, T1, marks=STAGED_TREES),
+    pytest.param(_staged_tree, T07, marks=STAGED_TREES),
+], ids=[*CASES, "staged-tree", "staged-tree-t0.7-topk-topp"])
 def test_emitted_distribution_matches_target(factory, cfg):
-    probs = exact_joint(cfg)
-    counts = draw(factory, cfg, N)
-    stat, df = chi2(counts, probs)
-    assert stat < chi2_critical(df), f"chi2={stat:.1f} df={df} crit={chi2_critical(df):.1f}"
+    for pair, stat, df, crit in statistics(factory, cfg):
+        assert stat < crit, f"{pair}: chi2={stat:.1f} df={df} crit={crit:.1f}"
 
 
+# ---------------------------------------------------------------------------- mutants
 def _broken_ratio(p, q, x):
     px = float(p[x])
     qx = 1.0 if q is None else float(q[x])
@@ -138,25 +207,62 @@ def _no_residual(p, q, x):
     return p
 
 
+def mutate(monkeypatch, modules, owner, name: str, sites: list[tuple[str, str]]) -> None:
+    """Replace ``owner.name`` by its own source with one edit applied: the first of
+    ``sites`` (old, new) found in it (a site per version of the code; exactly one must
+    match, so a mutant never silently tests the unchanged code). The mutated function is
+    set on ``owner`` and wherever ``modules`` imported it by name."""
+    fn = getattr(owner, name)
+    src = textwrap.dedent(inspect.getsource(fn))
+    found = [(old, new) for old, new in sites if src.count(old) == 1]
+    assert len(found) == 1, f"mutation site not found in {name}: update this mutant to the code"
+    namespace = dict(fn.__globals__)
+    exec(compile(src.replace(*found[0]), inspect.getsourcefile(fn), "exec"), namespace)
+    monkeypatch.setattr(owner, name, namespace[name])
+    for module in modules:
+        monkeypatch.setattr(module, name, namespace[name])
+
+
+def _siblings_against_original_p(monkeypatch):
+    """Each sibling tested against the node's p instead of the residual left by the
+    siblings rejected before it; the final sample still takes that residual."""
+    mutate(monkeypatch, [decoding, model_drafter], verification, "verify_tree",
+           [("if u < accept_probability(p_cur, q, x):", "if u < accept_probability(p[node + 1], q, x):")])
+
+
+def _staged_bonus_q_at_root(monkeypatch):
+    """A staged level reports q = p[0] (its distribution at the inner root) for the bonus
+    token of an inner round, instead of its distribution at the last accepted node."""
+    mutate(monkeypatch, [], model_drafter.ModelDrafter, "_propose_staged", [
+        ("dists = [p[0]] + [p[i + 1] for i in path]", "dists = ([p[0]] + [p[i + 1] for i in path])[:-1] + [p[0]]"),
+        ("rows = [0] + [i + 1 for i in path]", "rows = ([0] + [i + 1 for i in path])[:-1] + [0]"),
+    ])
+
+
 @pytest.mark.parametrize(
     "name,patch,factory",
     [
-        ("min(1,q/p)", ("accept_probability", _broken_ratio), _model_chain),
-        ("no residual", ("residual_after", _no_residual), _model_chain),
-        ("no residual between siblings", ("residual_after", _no_residual), _model_tree),
+        # measured chi2 (tokens 1-2 / 3-4): 18240 / 3968
+        ("min(1,q/p)", lambda mp: mp.setattr(verification, "accept_probability", _broken_ratio), _model_chain),
+        # 589 / 576: a chain rejects once per round, so this removes just that residual
+        ("no residual", lambda mp: mp.setattr(verification, "residual_after", _no_residual), _model_chain),
+        # 435 / 607
+        ("no residual between siblings", _siblings_against_original_p, _model_tree),
+        # 54 / 138: tokens 1-2 alone (the old two-token test) stay under the critical value
+        ("staged bonus q = p[0]", _staged_bonus_q_at_root, _staged),
     ],
 )
-def test_mutant_acceptance_rules_are_caught(monkeypatch, name, patch, factory):
-    """The same test, same N, rejects a broken rule: the distribution test has power."""
-    monkeypatch.setattr(verification, patch[0], patch[1])
-    probs = exact_joint(T1)
-    counts = draw(factory, T1, N)
-    stat, df = chi2(counts, probs)
-    assert stat > chi2_critical(df), f"{name}: chi2={stat:.1f} did not exceed {chi2_critical(df):.1f}"
+def test_mutant_is_caught(monkeypatch, name, patch, factory):
+    """The same test, same N, rejects a rule with one fault: the test has power there."""
+    patch(monkeypatch)
+    stats = statistics(factory, T1)
+    assert any(stat > crit for _, stat, _, crit in stats), f"{name}: " + ", ".join(
+        f"{pair} chi2={stat:.1f} (crit {crit:.1f})" for pair, stat, _, crit in stats)
 
 
 def test_greedy_is_a_point_mass_of_the_same_rule():
     cfg = SamplingConfig(temperature=0.0)
     counts = draw(_model_chain, cfg, 1000)
-    assert int((counts > 0).sum()) == 1
-    assert int(torch.argmax(counts)) == int(torch.argmax(exact_joint(cfg)))
+    for pair, exact in exact_pairs(cfg).items():
+        assert int((counts[pair] > 0).sum()) == 1
+        assert int(torch.argmax(counts[pair])) == int(torch.argmax(exact))

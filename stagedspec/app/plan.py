@@ -217,6 +217,8 @@ class JobPlan:
     kernels: str = "fast"
     """The forwards' kernel plan (``kernels.py``): "fast" (calibrated on this machine,
     cached) or "hf" (Hugging Face's own path, bit for bit)."""
+    repeats: int = 1
+    """Times each batch is decoded by the method and by the baseline, interleaved."""
 
     @property
     def method(self) -> str:
@@ -302,7 +304,7 @@ def _check_vocab_sizes(target: Any, levels: list[Any]) -> None:
 def validate_cfg(cfg: DictConfig, with_data: bool = True) -> JobPlan:
     """Run every check that needs no model; raise ConfigError naming the bad value.
 
-    Checked: batch_size, max_new_tokens, seed, baseline, resume, warmup; every level
+    Checked: batch_size, max_new_tokens, seed, repeats, baseline, resume, warmup; every level
     (known type, k >= 1, its own keys, tree shape, order rules); the target's ModelSpec;
     the sampling rule (temperature >= 0, top_p in (0, 1], top_k >= 0); the data file
     (present, every line well-formed, categories known). A drafter whose tokenizer differs from the target's
@@ -314,6 +316,7 @@ def validate_cfg(cfg: DictConfig, with_data: bool = True) -> JobPlan:
     batch_size = _check_int(cfg, "batch_size", 1)
     max_new_tokens = _check_int(cfg, "max_new_tokens", 1)
     seed = _check_int(cfg, "seed", 0)
+    repeats = _check_int(cfg, "repeats", 1) if "repeats" in cfg else 1
     for key in ("baseline", "resume", "warmup"):
         if not isinstance(cfg.get(key, True), bool):
             raise ConfigError(f"{key} must be true or false, got {cfg.get(key)!r}")
@@ -342,5 +345,5 @@ def validate_cfg(cfg: DictConfig, with_data: bool = True) -> JobPlan:
         target=target, levels=levels, sampling=sampling, questions=questions, data_path=path,
         batch_size=batch_size, max_new_tokens=max_new_tokens, seed=seed, baseline=cfg.get("baseline", True),
         warmup=cfg.get("warmup", True), resume=cfg.get("resume", True), device=str(cfg.get("device")),
-        experiment_name=cfg.get("experiment_name"), kernels=kernels,
+        experiment_name=cfg.get("experiment_name"), kernels=kernels, repeats=repeats,
     )

@@ -10,7 +10,7 @@ Where a Hydra config, the decoding library and the tracker meet. One job:
    draft hierarchy (this checks each drafter's tokenizer against the target's);
 4. decode every prompt turn with the plain autoregressive baseline and with the
    configured method, ``batch_size`` prompts of one category at a time
-   (``evaluation.decode_all``);
+   (``evaluation.decode_paired``: the two interleaved per batch, ``repeats`` times);
 5. write ``outputs.jsonl``, ``metrics.json`` and ``config.yaml`` in the Hydra run
    directory and log params, metrics, tags and artifacts to MLflow.
 
@@ -46,7 +46,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from ..decoding import SpeculativeDecoder
-from ..evaluation import MethodRun, decode_all, job_metrics
+from ..evaluation import decode_paired, job_metrics
 from ..hierarchy import build_hierarchy
 from ..kernels import kernel_plan
 from ..models import LoadedModel, load_cached
@@ -130,17 +130,12 @@ def _run_job(
         for dec in (method_dec, ar_dec):
             dec.generate([first], min(4, plan.max_new_tokens))
 
-    def decode(dec: SpeculativeDecoder, method: str, after_batch=lambda: None) -> MethodRun:
-        torch.manual_seed(plan.seed)
-        return decode_all(dec, method, target, plan.questions, batch_size=plan.batch_size,
-                          max_new_tokens=plan.max_new_tokens, max_prompt=max_prompt, after_batch=after_batch)
-
-    with logging_redirect_tqdm():
-        run = decode(method_dec, plan.method, after_batch=lambda: _maybe_fail(job_num))
-        ar = None
-        if plan.baseline and plan.levels:
-            ar = decode(ar_dec, ar_dec.method)
-        elif plan.baseline:
+    with logging_redirect_tqdm():  # method and baseline interleaved batch by batch, `repeats` times each
+        run, ar = decode_paired(method_dec, ar_dec if plan.baseline and plan.levels else None, target,
+                                plan.questions, batch_size=plan.batch_size, max_new_tokens=plan.max_new_tokens,
+                                max_prompt=max_prompt, repeats=plan.repeats, seed=plan.seed,
+                                after_batch=lambda: _maybe_fail(job_num))
+        if plan.baseline and not plan.levels:
             ar = run  # the method *is* the baseline: speedup 1 by definition
 
     metrics = job_metrics(run, ar, plan.sampling.greedy)

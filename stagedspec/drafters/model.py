@@ -176,6 +176,7 @@ class ModelDrafter(Drafter):
                 rows = [0] + [i + 1 for i in path]
                 slots = [root] + [root + 1 + i for i in path]
                 origins = [d.origin[i] for i in path] + [self.name]
+                kept = min(len(path), m - len(spine[b]))  # the lower's tokens offered upward: within the spine
                 for j, (x, o) in enumerate(zip(tokens, origins)):
                     if len(spine[b]) <= m:  # also what follows the spine's last token, when known
                         known[b].append(NodeDist(lg[rows[j]], None if p is None else p[rows[j]], pick=x))
@@ -187,7 +188,7 @@ class ModelDrafter(Drafter):
                 unfed[b] = [tok]
                 last_slot[b] = slots[-1]
                 _merge(drafted[b], {lower.name: len(d)}, d.drafted)
-                _merge(accepted[b], {lower.name: len(path)}, d.accepted)
+                _merge(accepted[b], {lower.name: kept}, d.accepted)
                 acc[b] = len(path)
             lower.feedback(acc)
             first = False

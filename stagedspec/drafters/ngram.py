@@ -61,12 +61,12 @@ class KatzNgramDrafter(Drafter):
         t0 = time.perf_counter()
         raw = torch.log(self.lms[b].distribution(ctx).float().clamp_min(1e-30))
         dist = NodeDist.of(raw, self.sampling)
-        self.calls += 1
         self.seconds += time.perf_counter() - t0
         return dist
 
     def forward_stats(self) -> tuple[float, int]:
-        """A draft 'forward' here is one next-token distribution."""
+        """A draft 'forward' here is one batch of next-token distributions (every row's
+        nodes at one depth), as a model level's forward is: calls then count alike."""
         return self.seconds, self.calls
 
     def propose(self, contexts: list[list[int]], features=None) -> list[DraftTree]:
@@ -74,8 +74,10 @@ class KatzNgramDrafter(Drafter):
             self._absorb(b, ctx)
 
         def expand(nodes, trees):
+            self.calls += 1
             return [self._q(b, contexts[b] + trees[b].path_tokens(n)) for b, n in nodes]
 
+        self.calls += 1
         roots = [self._q(b, ctx) for b, ctx in enumerate(contexts)]
         return grow_trees(self.tree, self.k, roots, expand, self.sampling, self.generator, self.name)
 
