@@ -32,7 +32,7 @@ def questions(tmp_path) -> Path:
 def sweep(tmp_path: Path, questions: Path, *extra: str, env: dict | None = None, check: bool = True):
     cmd = [
         sys.executable, "-m", "stagedspec.run", "-m", *SWEEP, f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
-        f"hydra.sweep.dir={tmp_path}/multirun", f"data.path={questions}", *extra,
+        f"hydra.sweep.dir={tmp_path}/multirun", "data=spec_bench", f"data.path={questions}", *extra,
     ]
     full_env = {**os.environ, "TQDM_DISABLE": "1", "HYDRA_FULL_ERROR": "1", **(env or {})}
     for k in ("STAGEDSPEC_FAIL_AFTER_JOBS", "STAGEDSPEC_FAIL_MODE", "STAGEDSPEC_PARENT_RUN_ID"):
@@ -137,7 +137,8 @@ def test_in_process_job_resume_and_redo(tmp_path, questions):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         def cfg(*extra):
-            return compose("config", overrides=["experiment=tiny", f"data.path={questions}", f"tracking.uri={uri}",
+            return compose("config", overrides=["experiment=tiny", "data=spec_bench", f"data.path={questions}",
+                                                 f"tracking.uri={uri}",
                                                  "max_new_tokens=4", *extra])
 
         first = run.execute(cfg(), out_dir=tmp_path / "a")

@@ -28,12 +28,14 @@ def _without(cfg: DictConfig, keys: Iterable[str]) -> dict:
 def config_hash(cfg: DictConfig) -> str:
     """sha256 of what determines a job's results: the resolved config without tracking,
     Hydra and naming keys, with the levels as the ordered list that actually runs (so
-    ``levels.x=null`` and ``levels.x.enabled=false`` hash alike) and the data path
-    resolved (so ``data.path=null`` and the default file's path hash alike)."""
+    ``levels.x=null`` and ``levels.x.enabled=false`` hash alike) and a spec_bench file's
+    path resolved (so ``data.path=null`` with $STAGEDSPEC_DATA and that file's path hash
+    alike; a packaged prompt set has no path in the hash: its pinned version fixes it)."""
     payload = _without(cfg, HASH_EXCLUDED_KEYS)
     payload["levels"] = [level_dict(s, d) for s, d in level_slots(cfg)]
     data = dict(payload.get("data") or {})
-    data["path"] = str(data_path(data))
+    path = data_path(data)
+    data["path"] = None if path is None else str(path)
     payload["data"] = data
     text = json.dumps(payload, sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()

@@ -14,7 +14,9 @@ This module knows omegaconf but not Hydra or MLflow.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,8 @@ ALLOWED_TARGETS = LEVEL_TARGETS + ("stagedspec.models.ModelSpec", "stagedspec.sa
 
 LEVEL_META_KEYS = ("stage", "enabled")
 """Keys of a level dict that the runner reads (ordering, on/off) and the level never sees."""
+
+DATA_KEYS = ("name", "path", "categories", "per_category", "limit", "max_turns")
 
 
 class ConfigError(ValueError):
@@ -216,6 +220,8 @@ class JobPlan:
     kernels: str = "fast"
     """The forwards' kernel plan (``kernels.py``): "fast" (calibrated on this machine,
     cached) or "hf" (Hugging Face's own path, bit for bit)."""
+    data_name: str | None = None
+    """The prompt set (``data.PROMPT_SETS``); None when the job reads no data (generate)."""
 
     @property
     def method(self) -> str:
@@ -247,36 +253,60 @@ class JobPlan:
 KERNEL_CHOICES = ("fast", "hf")
 
 
-def data_path(d: dict) -> Path:
-    """The questions file a ``data`` dict names: its ``path`` resolved, else the default file."""
-    return Path(d["path"]).expanduser().resolve() if d.get("path") else data.default_data_path()
+def data_path(d: dict) -> Path | None:
+    """The questions file a ``data`` dict names when it is a file of the user's
+    (``spec_bench``: ``path`` resolved, else ``$STAGEDSPEC_DATA``); None for a prompt set
+    that ships in a package (its version, pinned by the install step, fixes the file)."""
+    name = d.get("name") or DEFAULT_DATA
+    if name not in data.PROMPT_SETS or not data.PROMPT_SETS[name].needs_path:
+        return None
+    chosen = d.get("path") or os.environ.get(data.DATA_ENV)
+    return Path(chosen).expanduser().resolve() if chosen else None
 
 
-def _load_data(cfg: DictConfig) -> tuple[Path, list[Any]]:
+DEFAULT_DATA = "mt_bench"
+
+
+def _load_data(cfg: DictConfig) -> tuple[Path, list[Any], str]:
+    """The job's questions, the file they came from, and the prompt set's name."""
     d = cfg.get("data")
     d = plain(d) if d is not None else {}
     if not isinstance(d, dict):
         raise ConfigError(f"data: expected a mapping, got {d!r}")
-    unknown = sorted(set(d) - {"path", "limit", "categories", "per_category"})
+    unknown = sorted(set(d) - set(DATA_KEYS))
     if unknown:
-        raise ConfigError(f"data: unknown key(s) {unknown}; valid: ['path', 'limit', 'categories', 'per_category']")
-    path = data_path(d)
+        raise ConfigError(f"data: unknown key(s) {unknown}; valid: {list(DATA_KEYS)}")
+    name = d.get("name") or DEFAULT_DATA
+    if name not in data.PROMPT_SETS:
+        close = difflib.get_close_matches(str(name), list(data.PROMPT_SETS), n=1)
+        hint = f"; did you mean data={close[0]}?" if close else ""
+        raise ConfigError(f"data.name: unknown prompt set {name!r}; valid: {list(data.PROMPT_SETS)}{hint}")
+    ps = data.PROMPT_SETS[name]
+    if d.get("path") and not ps.needs_path:
+        raise ConfigError(
+            f"data.path={d['path']!r} is ignored by data={name} (its questions ship in the "
+            f"{ps.package.split('==')[0]} package); for a questions file use data=spec_bench data.path={d['path']}"
+        )
+    if ps.needs_path and not (d.get("path") or os.environ.get(data.DATA_ENV)):
+        raise ConfigError(
+            f"data.path: data={name} reads a JSONL file and none was given: add data.path=/path/to/question.jsonl "
+            f"(or set ${data.DATA_ENV}); offline sets that need no file: data=mt_bench, data=humaneval"
+        )
+    limit = d.get("limit")
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+        raise ConfigError(f"data.limit must be an integer >= 1 or null, got {limit!r}")
     try:
-        questions = data.load_questions(path, categories=d.get("categories"))
-        if d.get("per_category") is not None:
-            questions = data.balanced(questions, d["per_category"])
+        path = data.prompt_set_path(name, d.get("path"))
+        questions = data.load_prompt_set(name, d.get("path"), categories=d.get("categories"),
+                                         per_category=d.get("per_category"), limit=limit,
+                                         max_turns=d.get("max_turns"))
     except FileNotFoundError as e:
-        raise ConfigError(f"data.path: {e}") from e
+        raise ConfigError(f"data.path: {e}" if ps.needs_path else f"data={name}: {e}") from e
     except ValueError as e:
         raise ConfigError(f"data: {e}") from e
-    limit = d.get("limit")
-    if limit is not None:
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-            raise ConfigError(f"data.limit must be an integer >= 1 or null, got {limit!r}")
-        questions = questions[:limit]
     if not questions:
         raise ConfigError(f"data: no questions selected from {str(path)!r} with {d}")
-    return path, questions
+    return path, questions, name
 
 
 def _check_vocab_sizes(target: Any, levels: list[Any]) -> None:
@@ -303,8 +333,8 @@ def validate_cfg(cfg: DictConfig, with_data: bool = True) -> JobPlan:
 
     Checked: batch_size, max_new_tokens, seed, baseline, resume, warmup; every level
     (known type, k >= 1, its own keys, tree shape, order rules); the target's ModelSpec;
-    the sampling rule (temperature >= 0, top_p in (0, 1], top_k >= 0); the data file
-    (present, every line well-formed, categories known). A drafter whose tokenizer differs from the target's
+    the sampling rule (temperature >= 0, top_p in (0, 1], top_k >= 0); the prompt set
+    (known, its file present and every line well-formed, categories its own). A drafter whose tokenizer differs from the target's
     can only be found once the models are loaded; ``ModelLevel.build`` checks it then,
     before decoding, naming the level.
     """
@@ -336,9 +366,9 @@ def validate_cfg(cfg: DictConfig, with_data: bool = True) -> JobPlan:
     except (TypeError, ValueError, FileNotFoundError) as e:
         raise ConfigError(f"levels: {e}") from e
     _check_vocab_sizes(target, levels)
-    path, questions = _load_data(cfg) if with_data else (None, [])
+    path, questions, data_name = _load_data(cfg) if with_data else (None, [], None)
     return JobPlan(
-        target=target, levels=levels, sampling=sampling, questions=questions, data_path=path,
+        target=target, levels=levels, sampling=sampling, questions=questions, data_path=path, data_name=data_name,
         batch_size=batch_size, max_new_tokens=max_new_tokens, seed=seed, baseline=cfg.get("baseline", True),
         warmup=cfg.get("warmup", True), resume=cfg.get("resume", True), device=str(cfg.get("device")),
         experiment_name=cfg.get("experiment_name"), kernels=kernels,
