@@ -215,6 +215,18 @@ BAD = [
     (["+levels.x={_target_:stagedspec.hierarchy.NgramLevel}"], ["['x']", "stage"]),
     (["data.categories=[qa,poetry]"], ["poetry"]),
     (["data.path=/nonexistent/questions.jsonl"], ["/nonexistent/questions.jsonl"]),
+    # keys nothing reads: named, with the nearest valid one (a '+' adds a key, it fixes no typo)
+    (["+level.ngram.k=2"], ["'level.ngram.k'", "did you mean 'levels.ngram.k'?"]),
+    (["+dataa.limit=2"], ["'dataa.limit'", "did you mean 'data.limit'?"]),
+    (["+tracking.urii=x"], ["'tracking.urii'", "did you mean 'tracking.uri'?"]),
+    (["+levels.ngram.stages=1"], ["'levels.ngram.stages'", "did you mean 'levels.ngram.stage'?"]),
+    (["+sampling.temprature=1"], ["'sampling.temprature'", "did you mean 'sampling.temperature'?"]),
+    (["+zzz=1"], ["'zzz'", "valid keys", "max_new_tokens"]),
+    # a value its source never reads
+    (["+target.path=/nope"], ["target.path='/nope'", "source 'tiny'"]),
+    (["+levels.small.model.path=/m"], ["levels.small.model.path='/m'", "source 'truncated'"]),
+    (["data.max_turns=0"], ["max_turns", "got 0"]),
+    (["data.name=mtbench"], ["'mtbench'", "data=mt_bench"]),
 ]
 
 

@@ -31,3 +31,8 @@ def test_generate_refuses_missing_or_empty_prompt():
         generate_one(_cfg())
     with pytest.raises(ConfigError, match="prompt must be non-empty"):
         generate_one(_cfg("prompt=' '"))
+
+
+def test_generate_refuses_unknown_keys_before_loading():
+    with pytest.raises(ConfigError, match="did you mean 'levels.ngram.k'"):
+        generate_one(_cfg("prompt=hi", "+level.ngram.k=2"))

@@ -127,6 +127,35 @@ def test_parallel_jobs_on_a_fresh_database_lose_no_runs(tmp_path, questions):
     assert all("speedup" in r.data.metrics for r in children)
 
 
+BAD_CLI = [
+    # (arguments, what the one-line message must say)
+    (["+level.ngram.k=2"], "error: unknown config key 'level.ngram.k': 'level' is not a key at the top level; "
+                           "did you mean 'levels.ngram.k'?"),
+    (["target=embedded", "target.path=/nope"], "error: target.path='/nope' is ignored by source 'embedded'"),
+    (["-m", "levels.small.k=2,0"], "error: job 1 of 2 (levels.small.k=0): levels.small:"),
+    (["data=mt_bench", "data.path=/x.jsonl"], "error: data.path='/x.jsonl' is ignored by data=mt_bench"),
+]
+
+
+@pytest.mark.parametrize("args, message", BAD_CLI, ids=[" ".join(a) for a, _ in BAD_CLI])
+def test_bad_command_line_is_one_message_and_touches_nothing(tmp_path, args, message):
+    """Refused before the MLflow database, a parent run or a model exist; no traceback
+    unless HYDRA_FULL_ERROR=1."""
+    cmd = [sys.executable, "-m", "stagedspec.run", *args, "experiment=tiny",
+           f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"hydra.sweep.dir={tmp_path}/multirun",
+           f"hydra.run.dir={tmp_path}/run"]
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0
+    assert message in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert not (tmp_path / "mlflow.db").exists()
+    if args[0] != "+level.ngram.k=2":
+        return
+    full = subprocess.run(cmd, cwd=tmp_path, env={**env, "HYDRA_FULL_ERROR": "1"}, capture_output=True, text=True,
+                          timeout=120)
+    assert full.returncode != 0 and "Traceback" in full.stderr and "ConfigError" in full.stderr
+
+
 def test_in_process_job_resume_and_redo(tmp_path, questions):
     """``execute`` without the CLI (as from a notebook): skip when done, redo with resume=false."""
     from hydra import compose, initialize_config_dir

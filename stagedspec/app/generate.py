@@ -16,6 +16,7 @@ from ..decoding import SpeculativeDecoder
 from ..hierarchy import build_hierarchy
 from ..models import load_cached
 from ..text import encode, eos_token_ids, ids_to_text
+from .cli import config_errors
 from .plan import CONF_DIR, ConfigError, validate_cfg
 
 
@@ -23,7 +24,7 @@ def generate_one(cfg: DictConfig) -> dict:
     prompt = cfg.get("prompt") if "prompt" in cfg and not OmegaConf.is_missing(cfg, "prompt") else None
     if not isinstance(prompt, str) or not prompt.strip():
         raise ConfigError(f'prompt must be non-empty text, e.g. prompt="Hello", got {prompt!r}')
-    plan = validate_cfg(cfg, with_data=False)  # before any model is loaded
+    plan = validate_cfg(cfg, with_data=False, extra_keys=("prompt",))  # before any model is loaded
     target = load_cached(plan.target)
     drafter = build_hierarchy(plan.levels, target, load_cached)
     dec = SpeculativeDecoder(target.model, drafter, plan.sampling, eos_token_ids(target),
@@ -37,7 +38,8 @@ def generate_one(cfg: DictConfig) -> dict:
 # Absolute, for the reason given in app/run.py.
 @hydra.main(config_path=str(CONF_DIR), config_name="generate", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    out = generate_one(cfg)
+    with config_errors():  # one line on the console; HYDRA_FULL_ERROR=1 for the traceback
+        out = generate_one(cfg)
     res = out["result"]
     seq = res.sequences[0]
     print(out["text"])

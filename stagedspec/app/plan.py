@@ -38,11 +38,71 @@ ALLOWED_TARGETS = LEVEL_TARGETS + ("stagedspec.models.ModelSpec", "stagedspec.sa
 LEVEL_META_KEYS = ("stage", "enabled")
 """Keys of a level dict that the runner reads (ordering, on/off) and the level never sees."""
 
+
+CONFIG_KEYS = (
+    "target", "levels", "tree", "sampling", "data", "tracking", "experiment_name", "batch_size", "max_new_tokens",
+    "seed", "baseline", "device", "kernels", "warmup", "resume",
+)
+"""The top-level keys of a job's config (conf/config.yaml and its groups); ``hydra`` is
+Hydra's, and an entry point may allow more (``prompt`` for generate)."""
 DATA_KEYS = ("name", "path", "categories", "per_category", "limit", "max_turns")
+TRACKING_KEYS = ("uri", "artifact_location", "system_metrics")
+TREE_KEYS = ("shape",)
+GROUP_KEYS = {"data": DATA_KEYS, "tracking": TRACKING_KEYS, "tree": TREE_KEYS}
+"""Keys of the groups that build no dataclass (those are checked against its fields)."""
+
+PATH_SOURCES = ("hf", "gguf")
+"""The ModelSpec sources that read ``path``. A path given to another source (the embedded
+model, tiny, truncated) would be silently ignored (``target.path=/x`` with the embedded
+source loads the embedded model), so it is refused."""
 
 
 class ConfigError(ValueError):
     """An invalid config; the message names the key and the bad value."""
+
+
+def _leaves(node: Any) -> list[str]:
+    """Dotted paths of the leaves under ``node`` (unresolved), "" for a leaf itself."""
+    if isinstance(node, (DictConfig, ListConfig)):
+        node = OmegaConf.to_container(node, resolve=False)
+    if isinstance(node, dict) and node:
+        return [f"{k}.{rest}" if rest else str(k) for k, v in node.items() for rest in _leaves(v)]
+    return [""]
+
+
+def unknown_key(where: str, key: str, valid: Any, node: Any = None, what: str = "") -> ConfigError:
+    """The error for a key that nothing reads: its full path, and the nearest valid key
+    (or the valid keys when none is near). ``node`` is the value under the bad key: with a
+    single leaf below it, the message names that leaf's whole path."""
+    valid = sorted(str(v) for v in valid)
+    prefix = f"{where}." if where else ""
+    leaves = _leaves(node) if node is not None else [""]
+    tail = f".{leaves[0]}" if len(leaves) == 1 and leaves[0] else ""
+    at = f"in {what or repr(where)}" if where else "at the top level"
+    msg = f"unknown config key {prefix + key + tail!r}: {key!r} is not a key {at}"
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    if close:
+        msg += f"; did you mean {prefix + close[0] + tail!r}?"
+    else:
+        msg += f"; valid keys: {valid}"
+    return ConfigError(msg)
+
+
+def check_keys(cfg: DictConfig, extra: tuple[str, ...] = ()) -> None:
+    """Refuse a key nothing reads, at the top level and in the groups without a dataclass
+    (``data``, ``tracking``, ``tree``); the dataclass groups (target, sampling, levels) are
+    checked against their fields when built. A ``+key=value`` typo (Hydra's own advice for
+    a key it does not know) would otherwise run with the default and change the config hash."""
+    valid = CONFIG_KEYS + tuple(extra)
+    for key in cfg:
+        if key != "hydra" and key not in valid:
+            raise unknown_key("", str(key), valid, cfg[key] if OmegaConf.is_config(cfg) else None)
+    for group, keys in GROUP_KEYS.items():
+        node = cfg.get(group)
+        if isinstance(node, DictConfig):
+            for key in node:
+                if key not in keys:
+                    raise unknown_key(group, str(key), keys, node[key])
 
 
 def plain(node: Any) -> Any:
@@ -79,7 +139,8 @@ def instantiate(node: Any, where: str = "config") -> Any:
         valid = [f.name for f in dataclasses.fields(cls) if f.init]
         unknown = sorted(set(kwargs) - set(valid))
         if unknown:
-            raise ConfigError(f"{where}: unknown key(s) {unknown} for {cls.__name__}; valid: {valid}")
+            extra = LEVEL_META_KEYS if target in LEVEL_TARGETS else ()
+            raise unknown_key(where, unknown[0], [*valid, *extra], node[unknown[0]], what=f"{where} ({cls.__name__})")
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as e:
@@ -275,7 +336,7 @@ def _load_data(cfg: DictConfig) -> tuple[Path, list[Any], str]:
         raise ConfigError(f"data: expected a mapping, got {d!r}")
     unknown = sorted(set(d) - set(DATA_KEYS))
     if unknown:
-        raise ConfigError(f"data: unknown key(s) {unknown}; valid: {list(DATA_KEYS)}")
+        raise unknown_key("data", unknown[0], DATA_KEYS, d[unknown[0]])
     name = d.get("name") or DEFAULT_DATA
     if name not in data.PROMPT_SETS:
         close = difflib.get_close_matches(str(name), list(data.PROMPT_SETS), n=1)
@@ -309,6 +370,18 @@ def _load_data(cfg: DictConfig) -> tuple[Path, list[Any], str]:
     return path, questions, name
 
 
+def _check_spec_fields(spec: Any, where: str) -> None:
+    """A ``path`` its source never reads, refused (see ``PATH_SOURCES``)."""
+    from ..models import SOURCES
+
+    if spec.path is not None and spec.source in SOURCES and spec.source not in PATH_SOURCES:
+        raise ConfigError(
+            f"{where}.path={spec.path!r} is ignored by source {spec.source!r}; a path is read by source "
+            f"{' or '.join(map(repr, PATH_SOURCES))}: set {where}.source=hf (a save_pretrained directory) or "
+            f"gguf (a .gguf file), or drop {where}.path"
+        )
+
+
 def _check_vocab_sizes(target: Any, levels: list[Any]) -> None:
     """A model level with another vocabulary than the target's, refused from the configs'
     metadata before any weights load (the full tokenizer comparison runs at build time)."""
@@ -328,10 +401,11 @@ def _check_vocab_sizes(target: Any, levels: list[Any]) -> None:
             )
 
 
-def validate_cfg(cfg: DictConfig, with_data: bool = True) -> JobPlan:
+def validate_cfg(cfg: DictConfig, with_data: bool = True, extra_keys: tuple[str, ...] = ()) -> JobPlan:
     """Run every check that needs no model; raise ConfigError naming the bad value.
 
-    Checked: batch_size, max_new_tokens, seed, baseline, resume, warmup; every level
+    Checked: no key that nothing reads (``check_keys``; ``extra_keys`` are the entry
+    point's own, e.g. generate's ``prompt``), no ModelSpec field its source ignores; batch_size, max_new_tokens, seed, baseline, resume, warmup; every level
     (known type, k >= 1, its own keys, tree shape, order rules); the target's ModelSpec;
     the sampling rule (temperature >= 0, top_p in (0, 1], top_k >= 0); the prompt set
     (known, its file present and every line well-formed, categories its own). A drafter whose tokenizer differs from the target's
@@ -340,6 +414,7 @@ def validate_cfg(cfg: DictConfig, with_data: bool = True) -> JobPlan:
     """
     from ..hierarchy import validate_levels
 
+    check_keys(cfg, extra_keys)
     batch_size = _check_int(cfg, "batch_size", 1)
     max_new_tokens = _check_int(cfg, "max_new_tokens", 1)
     seed = _check_int(cfg, "seed", 0)
@@ -349,7 +424,11 @@ def validate_cfg(cfg: DictConfig, with_data: bool = True) -> JobPlan:
     kernels = cfg.get("kernels", "fast")
     if kernels not in KERNEL_CHOICES:
         raise ConfigError(f"kernels must be one of {list(KERNEL_CHOICES)}, got {kernels!r}")
+    tracking = cfg.get("tracking")
+    if isinstance(tracking, DictConfig) and not isinstance(tracking.get("system_metrics", False), bool):
+        raise ConfigError(f"tracking.system_metrics must be true or false, got {tracking.get('system_metrics')!r}")
     target = instantiate(cfg.get("target"), "target")
+    _check_spec_fields(target, "target")
     try:
         target.validate()
     except (ValueError, FileNotFoundError) as e:
@@ -357,6 +436,8 @@ def validate_cfg(cfg: DictConfig, with_data: bool = True) -> JobPlan:
     sampling = instantiate(cfg.get("sampling"), "sampling")
     levels = levels_from_cfg(cfg)
     for lv in levels:
+        if hasattr(lv, "spec"):
+            _check_spec_fields(lv.spec(), f"levels.{lv.name}.model")
         try:
             lv.validate()
         except (TypeError, ValueError, FileNotFoundError) as e:

@@ -51,6 +51,7 @@ from ..hierarchy import build_hierarchy
 from ..kernels import kernel_plan
 from ..models import LoadedModel, load_cached
 from ..text import encode, eos_token_ids
+from .cli import config_errors
 from .identity import config_hash, flat_params, job_overrides_label
 from .plan import CONF_DIR, ConfigError, JobPlan, validate_cfg
 from .tracking import Tracker, git_tags, parent_run_id, tracker_for
@@ -200,4 +201,5 @@ def _task_cfg(cfg: DictConfig) -> DictConfig:
 # stagedspec.run` shim is __main__), and conf/ is no package.
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> dict[str, float] | None:
-    return execute(cfg)
+    with config_errors():  # one line on the console; HYDRA_FULL_ERROR=1 for the traceback
+        return execute(cfg)

@@ -7,8 +7,9 @@ so a re-run of the same sweep reattaches to it) and one child run per job
 
 Why it looks like this:
 - The database, the experiment and the parent are created *before* jobs start (by
-  ``TrackingCallback``, registered in conf/config.yaml): parallel jobs racing to create a
-  fresh SQLite database or the same experiment have lost runs. Jobs find the parent by
+  ``TrackingCallback``, registered in conf/config.yaml), and only after every job's config
+  passed ``validate_cfg``: parallel jobs racing to create a fresh SQLite database or the
+  same experiment have lost runs. Jobs find the parent by
   an environment variable, or a file in the sweep directory on other machines.
 - Everything goes through an ``MlflowClient`` with explicit run ids, never the global
   "active run": jobs of a sweep share a process with the basic launcher.
@@ -24,6 +25,7 @@ import logging
 import math
 import os
 import subprocess
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -154,18 +156,34 @@ def tracker_for(cfg: DictConfig) -> Tracker | None:
 
 
 class TrackingCallback(Callback):
-    """Creates the MLflow database, experiment and the sweep's parent run before any job
-    starts, and hands the parent's id to the jobs (environment variable, plus a file in
-    the sweep directory for jobs on other machines). Registered in conf/config.yaml under
-    ``hydra.callbacks``."""
+    """Checks every job's config, then creates the MLflow database, experiment and the
+    sweep's parent run before any job starts, and hands the parent's id to the jobs
+    (environment variable, plus a file in the sweep directory for jobs on other
+    machines). Registered in conf/config.yaml under ``hydra.callbacks``; ``validate:
+    false`` (generate) skips the up-front check (the entry point checks its one job)."""
 
-    def __init__(self) -> None:
+    def __init__(self, validate: bool = True) -> None:
+        self.validate = validate
         self.tracker: Tracker | None = None
         self.parent_run_id: str | None = None
 
     def _start(self, config: DictConfig, multirun: bool) -> None:
+        from .cli import CliError, validate_single, validate_sweep
+
         if not HydraConfig.initialized():  # `${hydra:...}` in tracking.uri needs it
             HydraConfig.instance().set_config(config)
+        if self.validate:
+            try:
+                if multirun:
+                    validate_sweep(config)
+                else:
+                    validate_single(config)
+            except CliError as e:
+                # Hydra turns a callback's exception into a warning and carries on, so stop
+                # here: the message alone, the traceback too under HYDRA_FULL_ERROR=1.
+                if os.environ.get("HYDRA_FULL_ERROR") == "1":
+                    traceback.print_exception(e)
+                raise SystemExit(str(e)) from None
         self.tracker = tracker_for(config)
         if self.tracker is None:
             return
