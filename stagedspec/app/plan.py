@@ -302,13 +302,20 @@ class JobPlan:
 
     @property
     def params(self) -> dict[str, Any]:
-        """What the job is, in a few MLflow params (logged beside the flattened config)."""
+        """What the job is, in a few MLflow params (logged beside the flattened config,
+        ``identity.job_params``, which leaves out the config keys these repeat)."""
         return {
             "method": self.method, "draft_k": self.draft_k, "temperature": self.sampling.temperature,
             "batch_size": self.batch_size, "tree": self.tree, "n_levels": len(self.levels),
-            "data.resolved_path": str(self.data_path), "n_questions": len(self.questions),
+            "n_questions": len(self.questions), "n_prompts": sum(len(q.turns) for q in self.questions),
             "kernels": self.kernels,
         }
+
+    @property
+    def run_name(self) -> str:
+        """A short name: "ngram>small>target k=4 T=0" ("target T=0.7" for plain decoding)."""
+        k = f" k={self.draft_k}" if self.levels else ""
+        return f"{self.method}{k} T={self.sampling.temperature:g}"
 
 
 KERNEL_CHOICES = ("fast", "hf")
