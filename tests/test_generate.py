@@ -65,3 +65,16 @@ def test_help_pages_are_written_for_this_tool(entry, first_line):
     assert p.returncode == 0 and p.stdout.splitlines()[0] == first_line
     assert "data: humaneval, mt_bench, spec_bench" in p.stdout and "Examples" in p.stdout
     assert "powered by Hydra" not in p.stdout
+
+
+def test_generate_command_line_error_is_one_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    p = subprocess.run([sys.executable, "-m", "stagedspec.generate", "prompt=hi", "+level.ngram.k=2",
+                        f"hydra.run.dir={tmp_path}"], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode != 0
+    assert p.stderr.strip() == ("error: unknown config key 'level.ngram.k': 'level' is not a key at the top level; "
+                                "did you mean 'levels.ngram.k'?")

@@ -71,8 +71,8 @@ def swept_keys(config: DictConfig) -> list[str]:
     return list(dict.fromkeys(o.get_key_element().lstrip("+~") for o in overrides if o.is_sweep_override()))
 
 
-def validate_sweep(config: DictConfig) -> list[tuple[list[str], JobPlan]] | None:
-    """Compose and validate every job of a multirun (``validate_cfg``: no model loads).
+def validate_sweep(config: DictConfig, **kwargs: Any) -> list[tuple[list[str], JobPlan]] | None:
+    """Compose and validate every job of a multirun (``validate_cfg(**kwargs)``: no model loads).
     Raises CliError naming the first bad job; None when the jobs cannot be enumerated."""
     from hydra.core.global_hydra import GlobalHydra
 
@@ -88,7 +88,7 @@ def validate_sweep(config: DictConfig) -> list[tuple[list[str], JobPlan]] | None
         label = " ".join(o for o in point if o.split("=", 1)[0].lstrip("+~") in swept) or " ".join(point)
         where = f"job {i} of {len(points)} ({label}): " if len(points) > 1 else ""
         with config_errors(where):
-            plans.append((list(point), validate_cfg(job_cfg)))
+            plans.append((list(point), validate_cfg(job_cfg, **kwargs)))
     log.info("checked the configs of all %d jobs in %.1f s", len(points), time.perf_counter() - t0)
     return plans
 

@@ -447,8 +447,8 @@ def validate_cfg(cfg: DictConfig, with_data: bool = True, extra_keys: tuple[str,
             _check_spec_fields(lv.spec(), f"levels.{lv.name}.model")
         try:
             lv.validate()
-        except (TypeError, ValueError, FileNotFoundError) as e:
-            raise ConfigError(f"levels.{lv.name}: {e}") from e
+        except (TypeError, ValueError, FileNotFoundError) as e:  # "level 'ngram': ..." named once
+            raise ConfigError(f"levels.{lv.name}: {str(e).removeprefix(f'level {lv.name!r}: ')}") from e
     try:
         validate_levels(levels)  # the rules between levels
     except (TypeError, ValueError, FileNotFoundError) as e:

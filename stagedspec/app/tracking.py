@@ -76,7 +76,7 @@ CONTEXT_TAGS = (
 )
 
 EXPERIMENT_NOTE = """\
-**stagedspec**: exact (staged) speculative decoding. Each **parent** run is one sweep
+stagedspec: exact (staged) speculative decoding. Each **parent** run is one sweep
 (its description: the jobs, best first; its artifacts: `report/` with the figures, once
 `python -m analysis.report experiment={name}` has run); each **child** is one job: one
 hierarchy (`method`, lowest level first, e.g. `ngram>small>target`), draft length `k`,
@@ -434,11 +434,12 @@ class TrackingCallback(Callback):
     sweep's parent run before any job starts, and hands the parent's id to the jobs
     (environment variable, plus a file in the sweep directory for jobs on other
     machines). At the end, puts the sweep's headline on the parent. Registered in
-    conf/config.yaml under ``hydra.callbacks``; ``validate: false`` (generate) skips the
-    up-front check (the entry point checks its one job itself)."""
+    conf/config.yaml under ``hydra.callbacks``; generate.yaml checks its own key
+    (``extra_keys: [prompt]``) and no prompt set (``with_data: false``)."""
 
-    def __init__(self, validate: bool = True) -> None:
+    def __init__(self, validate: bool = True, extra_keys: Any = (), with_data: bool = True) -> None:
         self.validate = validate
+        self.check = {"extra_keys": tuple(extra_keys), "with_data": with_data}
         self.tracker: Tracker | None = None
         self.parent_run_id: str | None = None
 
@@ -451,11 +452,11 @@ class TrackingCallback(Callback):
         if self.validate:
             try:
                 if multirun:
-                    plans = validate_sweep(config)
+                    plans = validate_sweep(config, **self.check)
                     n_jobs = len(plans) if plans is not None else 0
                     swept = swept_keys(config)
                 else:
-                    plans = [([], validate_single(config))]
+                    plans = [([], validate_single(config, **self.check))]
             except CliError as e:
                 # Hydra turns a callback's exception into a warning and carries on, so stop
                 # here: the message alone, the traceback too under HYDRA_FULL_ERROR=1.
@@ -472,7 +473,7 @@ class TrackingCallback(Callback):
         tags = {"stagedspec.overrides": " ".join(overrides)[:5000], **context_tags()}
         self.parent_run_id = self.tracker.parent_run(sid, sweep_name(config.experiment_name, swept, n_jobs), tags)
         prompt_sets = {(p.data_name, tuple(q.question_id for q in p.questions)) for _, p in plans or []}
-        if len(prompt_sets) == 1:  # every job on the same prompts: the sweep's dataset too
+        if len(prompt_sets) == 1 and plans[0][1].questions:  # every job on the same prompts: the sweep's dataset too
             plan = plans[0][1]
             self.tracker.log_prompt_set(self.parent_run_id, plan.questions, plan.data_name, str(plan.data_path))
         os.environ[PARENT_ENV] = self.parent_run_id
