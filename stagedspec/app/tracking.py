@@ -279,7 +279,8 @@ class Tracker:
         with warnings.catch_warnings():  # "integer columns cannot hold missing values": not a model schema here
             warnings.simplefilter("ignore", UserWarning)
             ds = mlflow.data.from_pandas(df, source=LocalArtifactDatasetSource(source or name), name=name)
-        self.client.log_inputs(run_id, [DatasetInput(ds._to_mlflow_entity(), [InputTag("mlflow.data.context", context)])])
+            entity = ds._to_mlflow_entity()
+        self.client.log_inputs(run_id, [DatasetInput(entity, [InputTag("mlflow.data.context", context)])])
 
     def end(self, run_id: str, status: str = "FINISHED") -> None:
         mon = self._monitors.pop(run_id, None)
