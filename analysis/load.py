@@ -4,6 +4,10 @@ The tracker writes one parent run per sweep (tag ``stagedspec.role=parent``) and
 child run per job (``stagedspec.role=child``, ``mlflow.parentRunId``). Children carry the
 flattened resolved config as params and the decoding statistics as metrics. This module
 only reads; the report's artifact upload is the one write, and it lives in ``report.py``.
+
+A stepped metric (``position_acceptance``, step = draft position) becomes one column per
+step, ``metrics.position_acceptance/<step>``, the layout runs logged before it was
+stepped already have, so the figures read both.
 """
 
 from __future__ import annotations
@@ -67,6 +71,19 @@ def _maybe_numeric(col: pd.Series) -> pd.Series:
         return col
 
 
+STEPPED = ("position_acceptance",)
+"""Metrics logged as one key with step = position (``stagedspec/app/tracking.py``)."""
+
+
+def _stepped(client: MlflowClient, run_id: str, key: str) -> dict[str, float]:
+    """``{"<key>/<step>": value}`` from a metric's history (the latest value per step)."""
+    latest: dict[int, tuple[int, float]] = {}
+    for m in client.get_metric_history(run_id, key):
+        if m.step not in latest or m.timestamp >= latest[m.step][0]:
+            latest[m.step] = (m.timestamp, m.value)
+    return {f"{key}/{step}": value for step, (_, value) in sorted(latest.items())}
+
+
 def latest_parent(tracking_uri: str, experiment: str) -> str:
     """Run id of the most recently started parent (sweep) run of ``experiment``."""
     client = _client(tracking_uri)
@@ -118,7 +135,11 @@ def load_runs(
             "start_time": pd.to_datetime(run.info.start_time, unit="ms"),
         }
         row.update({f"params.{k}": v for k, v in run.data.params.items()})
-        row.update({f"metrics.{k}": v for k, v in run.data.metrics.items()})
+        metrics = {k: v for k, v in run.data.metrics.items() if k not in STEPPED}
+        for key in STEPPED:
+            if key in run.data.metrics:
+                metrics.update(_stepped(client, run.info.run_id, key))
+        row.update({f"metrics.{k}": v for k, v in metrics.items()})
         row.update({f"tags.{k}": v for k, v in run.data.tags.items()})
         rows.append(row)
     df = pd.DataFrame(rows, columns=None if rows else ["run_id", "run_name", "status", "start_time"])

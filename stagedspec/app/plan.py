@@ -14,7 +14,9 @@ This module knows omegaconf but not Hydra or MLflow.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,8 +40,70 @@ LEVEL_META_KEYS = ("stage", "enabled")
 """Keys of a level dict that the runner reads (ordering, on/off) and the level never sees."""
 
 
+CONFIG_KEYS = (
+    "target", "levels", "tree", "sampling", "data", "tracking", "experiment_name", "batch_size", "max_new_tokens",
+    "seed", "baseline", "device", "kernels", "warmup", "resume", "repeats",
+)
+"""The top-level keys of a job's config (conf/config.yaml and its groups); ``hydra`` is
+Hydra's, and an entry point may allow more (``prompt`` for generate)."""
+DATA_KEYS = ("name", "path", "categories", "per_category", "limit", "max_turns")
+TRACKING_KEYS = ("uri", "artifact_location", "system_metrics")
+TREE_KEYS = ("shape",)
+GROUP_KEYS = {"data": DATA_KEYS, "tracking": TRACKING_KEYS, "tree": TREE_KEYS}
+"""Keys of the groups that build no dataclass (those are checked against its fields)."""
+
+PATH_SOURCES = ("hf", "gguf")
+"""The ModelSpec sources that read ``path``. A path given to another source (the embedded
+model, tiny, truncated) would be silently ignored (``target.path=/x`` with the embedded
+source loads the embedded model), so it is refused."""
+
+
 class ConfigError(ValueError):
     """An invalid config; the message names the key and the bad value."""
+
+
+def _leaves(node: Any) -> list[str]:
+    """Dotted paths of the leaves under ``node`` (unresolved), "" for a leaf itself."""
+    if isinstance(node, (DictConfig, ListConfig)):
+        node = OmegaConf.to_container(node, resolve=False)
+    if isinstance(node, dict) and node:
+        return [f"{k}.{rest}" if rest else str(k) for k, v in node.items() for rest in _leaves(v)]
+    return [""]
+
+
+def unknown_key(where: str, key: str, valid: Any, node: Any = None, what: str = "") -> ConfigError:
+    """The error for a key that nothing reads: its full path, and the nearest valid key
+    (or the valid keys when none is near). ``node`` is the value under the bad key: with a
+    single leaf below it, the message names that leaf's whole path."""
+    valid = sorted(str(v) for v in valid)
+    prefix = f"{where}." if where else ""
+    leaves = _leaves(node) if node is not None else [""]
+    tail = f".{leaves[0]}" if len(leaves) == 1 and leaves[0] else ""
+    at = f"in {what or repr(where)}" if where else "at the top level"
+    msg = f"unknown config key {prefix + key + tail!r}: {key!r} is not a key {at}"
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    if close:
+        msg += f"; did you mean {prefix + close[0] + tail!r}?"
+    else:
+        msg += f"; valid keys: {valid}"
+    return ConfigError(msg)
+
+
+def check_keys(cfg: DictConfig, extra: tuple[str, ...] = ()) -> None:
+    """Refuse a key nothing reads, at the top level and in the groups without a dataclass
+    (``data``, ``tracking``, ``tree``); the dataclass groups (target, sampling, levels) are
+    checked against their fields when built. A ``+key=value`` typo (Hydra's own advice for
+    a key it does not know) would otherwise run with the default and change the config hash."""
+    valid = CONFIG_KEYS + tuple(extra)
+    for key in cfg:
+        if key != "hydra" and key not in valid:
+            raise unknown_key("", str(key), valid, cfg[key] if OmegaConf.is_config(cfg) else None)
+    for group, keys in GROUP_KEYS.items():
+        node = cfg.get(group)
+        if isinstance(node, DictConfig):
+            for key in node:
+                if key not in keys:
+                    raise unknown_key(group, str(key), keys, node[key])
 
 
 def plain(node: Any) -> Any:
@@ -76,7 +140,8 @@ def instantiate(node: Any, where: str = "config") -> Any:
         valid = [f.name for f in dataclasses.fields(cls) if f.init]
         unknown = sorted(set(kwargs) - set(valid))
         if unknown:
-            raise ConfigError(f"{where}: unknown key(s) {unknown} for {cls.__name__}; valid: {valid}")
+            extra = LEVEL_META_KEYS if target in LEVEL_TARGETS else ()
+            raise unknown_key(where, unknown[0], [*valid, *extra], node[unknown[0]], what=f"{where} ({cls.__name__})")
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as e:
@@ -219,6 +284,8 @@ class JobPlan:
     cached) or "hf" (Hugging Face's own path, bit for bit)."""
     repeats: int = 1
     """Times each batch is decoded by the method and by the baseline, interleaved."""
+    data_name: str | None = None
+    """The prompt set (``data.PROMPT_SETS``); None when the job reads no data (generate)."""
 
     @property
     def method(self) -> str:
@@ -238,48 +305,91 @@ class JobPlan:
 
     @property
     def params(self) -> dict[str, Any]:
-        """What the job is, in a few MLflow params (logged beside the flattened config)."""
+        """What the job is, in a few MLflow params (logged beside the flattened config,
+        ``identity.job_params``, which leaves out the config keys these repeat)."""
         return {
             "method": self.method, "draft_k": self.draft_k, "temperature": self.sampling.temperature,
             "batch_size": self.batch_size, "tree": self.tree, "n_levels": len(self.levels),
-            "data.resolved_path": str(self.data_path), "n_questions": len(self.questions),
+            "n_questions": len(self.questions), "n_prompts": sum(len(q.turns) for q in self.questions),
             "kernels": self.kernels,
         }
+
+    @property
+    def run_name(self) -> str:
+        """A short name: "ngram>small>target k=4 T=0" ("target T=0.7" for plain decoding)."""
+        k = f" k={self.draft_k}" if self.levels else ""
+        return f"{self.method}{k} T={self.sampling.temperature:g}"
 
 
 KERNEL_CHOICES = ("fast", "hf")
 
 
-def data_path(d: dict) -> Path:
-    """The questions file a ``data`` dict names: its ``path`` resolved, else the default file."""
-    return Path(d["path"]).expanduser().resolve() if d.get("path") else data.default_data_path()
+def data_path(d: dict) -> Path | None:
+    """The questions file a ``data`` dict names when it is a file of the user's
+    (``spec_bench``: ``path`` resolved, else ``$STAGEDSPEC_DATA``); None for a prompt set
+    that ships in a package (its version, pinned by the install step, fixes the file)."""
+    name = d.get("name") or DEFAULT_DATA
+    if name not in data.PROMPT_SETS or not data.PROMPT_SETS[name].needs_path:
+        return None
+    chosen = d.get("path") or os.environ.get(data.DATA_ENV)
+    return Path(chosen).expanduser().resolve() if chosen else None
 
 
-def _load_data(cfg: DictConfig) -> tuple[Path, list[Any]]:
+DEFAULT_DATA = "mt_bench"
+
+
+def _load_data(cfg: DictConfig) -> tuple[Path, list[Any], str]:
+    """The job's questions, the file they came from, and the prompt set's name."""
     d = cfg.get("data")
     d = plain(d) if d is not None else {}
     if not isinstance(d, dict):
         raise ConfigError(f"data: expected a mapping, got {d!r}")
-    unknown = sorted(set(d) - {"path", "limit", "categories", "per_category"})
+    unknown = sorted(set(d) - set(DATA_KEYS))
     if unknown:
-        raise ConfigError(f"data: unknown key(s) {unknown}; valid: ['path', 'limit', 'categories', 'per_category']")
-    path = data_path(d)
+        raise unknown_key("data", unknown[0], DATA_KEYS, d[unknown[0]])
+    name = d.get("name") or DEFAULT_DATA
+    if name not in data.PROMPT_SETS:
+        close = difflib.get_close_matches(str(name), list(data.PROMPT_SETS), n=1)
+        hint = f"; did you mean data={close[0]}?" if close else ""
+        raise ConfigError(f"data.name: unknown prompt set {name!r}; valid: {list(data.PROMPT_SETS)}{hint}")
+    ps = data.PROMPT_SETS[name]
+    if d.get("path") and not ps.needs_path:
+        raise ConfigError(
+            f"data.path={d['path']!r} is ignored by data={name} (its questions ship in the "
+            f"{ps.package.split('==')[0]} package); for a questions file use data=spec_bench data.path={d['path']}"
+        )
+    if ps.needs_path and not (d.get("path") or os.environ.get(data.DATA_ENV)):
+        raise ConfigError(
+            f"data.path: data={name} reads a JSONL file and none was given: add data.path=/path/to/question.jsonl "
+            f"(or set ${data.DATA_ENV}); offline sets that need no file: data=mt_bench, data=humaneval"
+        )
+    limit = d.get("limit")
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+        raise ConfigError(f"data.limit must be an integer >= 1 or null, got {limit!r}")
     try:
-        questions = data.load_questions(path, categories=d.get("categories"))
-        if d.get("per_category") is not None:
-            questions = data.balanced(questions, d["per_category"])
+        path = data.prompt_set_path(name, d.get("path"))
+        questions = data.load_prompt_set(name, d.get("path"), categories=d.get("categories"),
+                                         per_category=d.get("per_category"), limit=limit,
+                                         max_turns=d.get("max_turns"))
     except FileNotFoundError as e:
-        raise ConfigError(f"data.path: {e}") from e
+        raise ConfigError(f"data.path: {e}" if ps.needs_path else f"data={name}: {e}") from e
     except ValueError as e:
         raise ConfigError(f"data: {e}") from e
-    limit = d.get("limit")
-    if limit is not None:
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-            raise ConfigError(f"data.limit must be an integer >= 1 or null, got {limit!r}")
-        questions = questions[:limit]
     if not questions:
         raise ConfigError(f"data: no questions selected from {str(path)!r} with {d}")
-    return path, questions
+    return path, questions, name
+
+
+def _check_spec_fields(spec: Any, where: str) -> None:
+    """A ``path`` its source never reads, refused (see ``PATH_SOURCES``)."""
+    from ..models import SOURCES
+
+    if spec.path is not None and spec.source in SOURCES and spec.source not in PATH_SOURCES:
+        raise ConfigError(
+            f"{where}.path={spec.path!r} is ignored by source {spec.source!r}; a path is read by source "
+            f"{' or '.join(map(repr, PATH_SOURCES))}: set {where}.source=hf (a save_pretrained directory) or "
+            f"gguf (a .gguf file), or drop {where}.path"
+        )
 
 
 def _check_vocab_sizes(target: Any, levels: list[Any]) -> None:
@@ -301,18 +411,21 @@ def _check_vocab_sizes(target: Any, levels: list[Any]) -> None:
             )
 
 
-def validate_cfg(cfg: DictConfig, with_data: bool = True) -> JobPlan:
+def validate_cfg(cfg: DictConfig, with_data: bool = True, extra_keys: tuple[str, ...] = ()) -> JobPlan:
     """Run every check that needs no model; raise ConfigError naming the bad value.
 
-    Checked: batch_size, max_new_tokens, seed, repeats, baseline, resume, warmup; every level
+    Checked: no key that nothing reads (``check_keys``; ``extra_keys`` are the entry
+    point's own, e.g. generate's ``prompt``), no ModelSpec field its source ignores;
+    batch_size, max_new_tokens, seed, repeats, baseline, resume, warmup; every level
     (known type, k >= 1, its own keys, tree shape, order rules); the target's ModelSpec;
-    the sampling rule (temperature >= 0, top_p in (0, 1], top_k >= 0); the data file
-    (present, every line well-formed, categories known). A drafter whose tokenizer differs from the target's
+    the sampling rule (temperature >= 0, top_p in (0, 1], top_k >= 0); the prompt set
+    (known, its file present and every line well-formed, categories its own). A drafter whose tokenizer differs from the target's
     can only be found once the models are loaded; ``ModelLevel.build`` checks it then,
     before decoding, naming the level.
     """
     from ..hierarchy import validate_levels
 
+    check_keys(cfg, extra_keys)
     batch_size = _check_int(cfg, "batch_size", 1)
     max_new_tokens = _check_int(cfg, "max_new_tokens", 1)
     seed = _check_int(cfg, "seed", 0)
@@ -323,7 +436,11 @@ def validate_cfg(cfg: DictConfig, with_data: bool = True) -> JobPlan:
     kernels = cfg.get("kernels", "fast")
     if kernels not in KERNEL_CHOICES:
         raise ConfigError(f"kernels must be one of {list(KERNEL_CHOICES)}, got {kernels!r}")
+    tracking = cfg.get("tracking")
+    if isinstance(tracking, DictConfig) and not isinstance(tracking.get("system_metrics", False), bool):
+        raise ConfigError(f"tracking.system_metrics must be true or false, got {tracking.get('system_metrics')!r}")
     target = instantiate(cfg.get("target"), "target")
+    _check_spec_fields(target, "target")
     try:
         target.validate()
     except (ValueError, FileNotFoundError) as e:
@@ -331,18 +448,20 @@ def validate_cfg(cfg: DictConfig, with_data: bool = True) -> JobPlan:
     sampling = instantiate(cfg.get("sampling"), "sampling")
     levels = levels_from_cfg(cfg)
     for lv in levels:
+        if hasattr(lv, "spec"):
+            _check_spec_fields(lv.spec(), f"levels.{lv.name}.model")
         try:
             lv.validate()
-        except (TypeError, ValueError, FileNotFoundError) as e:
-            raise ConfigError(f"levels.{lv.name}: {e}") from e
+        except (TypeError, ValueError, FileNotFoundError) as e:  # "level 'ngram': ..." named once
+            raise ConfigError(f"levels.{lv.name}: {str(e).removeprefix(f'level {lv.name!r}: ')}") from e
     try:
         validate_levels(levels)  # the rules between levels
     except (TypeError, ValueError, FileNotFoundError) as e:
         raise ConfigError(f"levels: {e}") from e
     _check_vocab_sizes(target, levels)
-    path, questions = _load_data(cfg) if with_data else (None, [])
+    path, questions, data_name = _load_data(cfg) if with_data else (None, [], None)
     return JobPlan(
-        target=target, levels=levels, sampling=sampling, questions=questions, data_path=path,
+        target=target, levels=levels, sampling=sampling, questions=questions, data_path=path, data_name=data_name,
         batch_size=batch_size, max_new_tokens=max_new_tokens, seed=seed, baseline=cfg.get("baseline", True),
         warmup=cfg.get("warmup", True), resume=cfg.get("resume", True), device=str(cfg.get("device")),
         experiment_name=cfg.get("experiment_name"), kernels=kernels, repeats=repeats,

@@ -51,9 +51,10 @@ from ..hierarchy import build_hierarchy
 from ..kernels import kernel_plan
 from ..models import LoadedModel, load_cached
 from ..text import encode, eos_token_ids
-from .identity import config_hash, flat_params, job_overrides_label
+from .cli import config_errors
+from .identity import config_hash, job_params, run_name
 from .plan import CONF_DIR, ConfigError, JobPlan, validate_cfg
-from .tracking import Tracker, git_tags, parent_run_id, tracker_for
+from .tracking import Tracker, child_note, parent_run_id, swept, tracker_for
 
 log = logging.getLogger(__name__)
 
@@ -78,17 +79,20 @@ def execute(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, flo
             return None
     # what the job is written down as: the resolved config without Hydra's node
     config_yaml = OmegaConf.to_yaml(_task_cfg(cfg), resolve=True)
-    params = {**flat_params(cfg), **plan.params} if tracker is not None else {}
+    params = job_params(cfg, plan) if tracker is not None else {}
     tags = {
         "stagedspec.method": plan.method, "stagedspec.device": plan.device,
-        "stagedspec.experiment": plan.experiment_name, **git_tags(),
+        "stagedspec.experiment": plan.experiment_name, "stagedspec.data": plan.data_name,
     }
-    name = job_overrides_label(hc.overrides.task) if hc is not None else ""
+    top = plan.levels[-1].name if plan.levels else None
+    name = run_name(plan.run_name, hc.overrides.task if hc is not None else [], swept(), top)
     run_id = None
     if tracker is not None:
-        run_id = tracker.start_child(parent_run_id(), chash, name or plan.method, tags, redo_finished=not plan.resume)
+        run_id = tracker.start_child(parent_run_id(), chash, name, tags, redo_finished=not plan.resume)
     try:
-        metrics = _run_job(plan, out_dir, job_num, config_yaml, params, tracker, run_id)
+        if tracker is not None:
+            tracker.log_prompt_set(run_id, plan.questions, plan.data_name, str(plan.data_path) if plan.data_path else None)
+        metrics = _run_job(plan, out_dir, job_num, config_yaml, params, tracker, run_id, name)
     except BaseException:
         if tracker is not None:
             tracker.end(run_id, "FAILED")
@@ -100,7 +104,7 @@ def execute(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, flo
 
 def _run_job(
     plan: JobPlan, out_dir: Path, job_num: int, config_yaml: str, params: dict[str, Any],
-    tracker: Tracker | None, run_id: str | None,
+    tracker: Tracker | None, run_id: str | None, name: str = "",
 ) -> dict[str, float]:
     t0 = time.perf_counter()
     target = load_cached(plan.target)
@@ -148,9 +152,46 @@ def _run_job(
     )
     if tracker is not None:
         tracker.log(run_id, params=params, metrics=metrics)
+        tracker.describe(run_id, child_note(name or plan.run_name, metrics, _data_text(plan), plan.max_new_tokens))
+        tracker.log_table(run_id, outputs_table(plan, run.records, ar.records if ar is not None and ar is not run else []),
+                          "outputs_table.json")
         for fname in ARTIFACTS:
             tracker.log_artifact(run_id, out_dir / fname)
+        overrides = out_dir / ".hydra" / "overrides.yaml"  # the job's command-line overrides, as Hydra wrote them
+        if overrides.is_file():
+            tracker.log_artifact(run_id, overrides, "hydra")
     return metrics
+
+
+def _data_text(plan: JobPlan) -> str:
+    """"mt_bench (8 questions, 8 prompt turns)"."""
+    turns = sum(len(q.turns) for q in plan.questions)
+    return f"{plan.data_name} ({len(plan.questions)} questions, {turns} prompt turns)"
+
+
+def outputs_table(plan: JobPlan, records: list[dict], ar_records: list[dict]) -> dict[str, list]:
+    """One row per prompt turn: the question, the method's answer and what it cost, and
+    plain decoding's answer beside it (``log_table``: a table in the MLflow UI)."""
+    questions = {q.question_id: q for q in plan.questions}
+    ar = {(r["question_id"], r["turn"]): r for r in ar_records}
+    cols: dict[str, list] = {k: [] for k in (
+        "question_id", "category", "turn", "question", "answer", "new_tokens", "target_calls", "tokens_per_call",
+        "finished", "plain_answer", "same_as_plain")}
+    for r in records:
+        calls = len(r["rounds"])
+        other = ar.get((r["question_id"], r["turn"]))
+        cols["question_id"].append(r["question_id"])
+        cols["category"].append(r["category"])
+        cols["turn"].append(r["turn"])
+        cols["question"].append(questions[r["question_id"]].turns[r["turn"] - 1])
+        cols["answer"].append(r["text"])
+        cols["new_tokens"].append(len(r["output_ids"]))
+        cols["target_calls"].append(calls)
+        cols["tokens_per_call"].append(round(len(r["output_ids"]) / calls, 3) if calls else None)
+        cols["finished"].append(r["finished_reason"])
+        cols["plain_answer"].append(other["text"] if other else None)
+        cols["same_as_plain"].append(other["output_ids"] == r["output_ids"] if other else None)
+    return cols
 
 
 def _write(out_dir: Path, records: list[dict], metrics: dict[str, float], config_yaml: str) -> None:
@@ -195,4 +236,5 @@ def _task_cfg(cfg: DictConfig) -> DictConfig:
 # stagedspec.run` shim is __main__), and conf/ is no package.
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> dict[str, float] | None:
-    return execute(cfg)
+    with config_errors():  # one line on the console; HYDRA_FULL_ERROR=1 for the traceback
+        return execute(cfg)

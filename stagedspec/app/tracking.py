@@ -7,14 +7,25 @@ so a re-run of the same sweep reattaches to it) and one child run per job
 
 Why it looks like this:
 - The database, the experiment and the parent are created *before* jobs start (by
-  ``TrackingCallback``, registered in conf/config.yaml): parallel jobs racing to create a
-  fresh SQLite database or the same experiment have lost runs. Jobs find the parent by
-  an environment variable, or a file in the sweep directory on other machines.
+  ``TrackingCallback``, registered in conf/config.yaml), and only after every job's config
+  passed ``validate_cfg``: parallel jobs racing to create a fresh SQLite database or the
+  same experiment have lost runs. Jobs find the parent by an environment variable, or a
+  file in the sweep directory on other machines.
 - Everything goes through an ``MlflowClient`` with explicit run ids, never the global
   "active run": jobs of a sweep share a process with the basic launcher.
 - Resume: a job whose config hash already has a FINISHED child is skipped. A job killed
   mid-way leaves a RUNNING (or FAILED) child; the re-run deletes it and starts afresh, so
   each job has exactly one FINISHED child and the active view holds no stale ones.
+
+What a reader of the MLflow UI gets (MLflow has no API to order metrics or to pick the
+runs table's default columns, so):
+- every run's description (``mlflow.note.content``, the run page's first block) holds its
+  headline numbers; a parent's holds a table of its jobs, best first;
+- the headline metrics (``HEADLINE``) are logged first, in their own batch;
+- the experiment carries a shared view (``mlflow.sharedViewState.<key>``, the UI's "share"
+  format) whose link opens the runs table with the headline metrics as columns, sorted by
+  speedup; ``ui_url`` prints it, and the experiment description links it;
+- per-position acceptance is one metric, ``position_acceptance``, with step = position.
 """
 
 from __future__ import annotations
@@ -23,7 +34,8 @@ import json
 import logging
 import math
 import os
-import subprocess
+import traceback
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -33,16 +45,52 @@ from omegaconf import DictConfig, OmegaConf
 
 from analysis.names import PARENT_TAG, ROLE_TAG
 
-from .identity import job_overrides_label, sweep_id
+from .identity import sweep_id, sweep_name
 
 log = logging.getLogger(__name__)
 
 HASH_TAG = "stagedspec.config_hash"
 SWEEP_TAG = "stagedspec.sweep_id"
+NOTE_TAG = "mlflow.note.content"  # a run's or experiment's description in the UI
+KIND_TAG = "mlflow.experimentKind"  # the UI opens an experiment in GenAI or "model training" mode by it
+VIEW_TAG_PREFIX = "mlflow.sharedViewState."
+VIEW_KEY = "stagedspec-headline"
 MAX_PARAM_LEN = 6000  # MLflow's limit on a param value
 PARENT_ENV = "STAGEDSPEC_PARENT_RUN_ID"
+SWEPT_ENV = "STAGEDSPEC_SWEPT_KEYS"
 PARENT_FILE = "mlflow_parent_run.json"
-REPO_DIR = Path(__file__).resolve().parents[2]
+SYSTEM_METRICS_INTERVAL_S = 5.0
+"""psutil samples every 5 s, one small write each: a few per job, no measurable cost."""
+
+HEADLINE = (
+    "speedup", "speedup_ci_low", "speedup_ci_high", "mean_accepted_tokens_per_call", "acceptance_rate",
+    "wasted_target_fraction", "tokens_per_s", "ar_tokens_per_s",
+)
+"""The numbers a reader looks for first, in this order (the CI bounds only when the job
+metrics carry them)."""
+STEPPED = ("position_acceptance",)
+"""``<name>/<i>`` metrics logged as one metric ``<name>`` with step i (a line in the UI)."""
+CONTEXT_TAGS = (
+    "mlflow.user", "mlflow.source.name", "mlflow.source.type", "mlflow.source.git.commit",
+    "mlflow.source.git.branch", "mlflow.source.git.repoURL", "stagedspec.git_dirty",
+)
+
+EXPERIMENT_NOTE = """\
+stagedspec: exact (staged) speculative decoding. Each **parent** run is one sweep
+(its description: the jobs, best first; its artifacts: `report/` with the figures, once
+`python -m analysis.report experiment={name}` has run); each **child** is one job: one
+hierarchy (`method`, lowest level first, e.g. `ngram>small>target`), draft length `k`,
+temperature `T`, on a prompt set (the Dataset column), with plain decoding on the same
+prompts in the same job.
+
+Headline metrics: `speedup` (tokens/s over plain decoding's), `speedup_ci_low/high`
+(95% interval, when measured), `mean_accepted_tokens_per_call` (tokens one target call
+advances), `acceptance_rate` (share of the top level's drafts the target kept),
+`wasted_target_fraction` (share of target-scored positions thrown away).
+`position_acceptance` is one metric with step = draft position (open it as a chart).
+
+[Runs table with these columns, best speedup first](#/experiments/{id}/runs?viewStateShareKey={key}&workflowType=machine_learning)
+"""
 
 
 def default_artifact_location(uri: str) -> str | None:
@@ -53,14 +101,30 @@ def default_artifact_location(uri: str) -> str | None:
     return None
 
 
+def headline_view() -> dict[str, Any]:
+    """The runs table the experiment's shared view opens: headline columns, best first."""
+    metrics = [f"metrics.`{m}`" for m in HEADLINE]
+    cols = ["attributes.`Dataset`", *metrics, "params.`method`", "params.`draft_k`", "params.`temperature`"]
+    return {
+        "searchFilter": "", "orderByKey": "metrics.`speedup`", "orderByAsc": False, "selectedColumns": cols,
+        # ag-grid column ids: headline metrics in HEADLINE's order (else alphabetical), names unclipped
+        "columnOrder": ["attributes.`Run Name`", *cols],
+        "columnWidths": {"attributes.`Run Name`": 270, "attributes.`Dataset`": 190},
+    }
+
+
 class Tracker:
-    def __init__(self, uri: str, experiment_name: str, artifact_location: str | None = None) -> None:
+    def __init__(
+        self, uri: str, experiment_name: str, artifact_location: str | None = None, system_metrics: bool = False,
+    ) -> None:
         from mlflow import MlflowClient
 
         if uri.startswith("sqlite:///"):
             Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
         self.uri = uri
         self.client = MlflowClient(tracking_uri=uri)
+        self.system_metrics = system_metrics
+        self._monitors: dict[str, Any] = {}
         self.experiment_id = self._experiment(experiment_name, artifact_location or default_artifact_location(uri))
 
     def _experiment(self, name: str, artifact_location: str | None) -> str:
@@ -69,14 +133,30 @@ class Tracker:
         exp = self.client.get_experiment_by_name(name)
         if exp is None:
             try:
-                return self.client.create_experiment(name, artifact_location=artifact_location)
+                exp_id = self.client.create_experiment(name, artifact_location=artifact_location)
             except MlflowException:  # another process created it first
                 exp = self.client.get_experiment_by_name(name)
                 if exp is None:
                     raise
+            else:
+                exp = self.client.get_experiment(exp_id)
         if exp.lifecycle_stage == "deleted":
             self.client.restore_experiment(exp.experiment_id)
+        self._experiment_tags(exp)
         return exp.experiment_id
+
+    def _experiment_tags(self, exp: Any) -> None:
+        """Description, the UI's "model training" mode and the headline view; a
+        description or kind someone else set is left alone."""
+        tags = exp.tags or {}
+        want = {VIEW_TAG_PREFIX + VIEW_KEY: json.dumps(headline_view())}
+        if NOTE_TAG not in tags:
+            want[NOTE_TAG] = EXPERIMENT_NOTE.format(name=exp.name, id=exp.experiment_id, key=VIEW_KEY)
+        if KIND_TAG not in tags:
+            want[KIND_TAG] = "custom_model_development"
+        for k, v in want.items():
+            if tags.get(k) != v:
+                self.client.set_experiment_tag(exp.experiment_id, k, v)
 
     def _search(self, *filters: str) -> list[Any]:
         return list(self.client.search_runs([self.experiment_id], filter_string=" and ".join(filters), max_results=1000))
@@ -87,7 +167,7 @@ class Tracker:
         if runs:
             run_id = runs[0].info.run_id
             log.info("reattaching to parent run %s of sweep %s", run_id, sweep_id)
-            self.client.update_run(run_id, status="RUNNING")
+            self.client.update_run(run_id, status="RUNNING", name=name)
             return run_id
         run = self.client.create_run(
             self.experiment_id, run_name=name, tags={**tags, ROLE_TAG: "parent", SWEEP_TAG: sweep_id}
@@ -103,38 +183,165 @@ class Tracker:
     def start_child(
         self, parent_run_id: str | None, config_hash: str, name: str, tags: dict[str, str], redo_finished: bool = False
     ) -> str:
-        """A new child run. Earlier runs of this job that did not finish (killed, failed) are
-        deleted (soft: ``mlflow gc`` or the UI can still see them), and with
-        ``redo_finished`` the finished ones too, so one active run per job remains."""
+        """A new child run, with the parent's run-context tags (user, source, git), and
+        system metrics sampled while it runs (``tracking.system_metrics``). Earlier runs
+        of this job that did not finish (killed, failed) are deleted (soft: ``mlflow gc``
+        or the UI can still see them), and with ``redo_finished`` the finished ones too,
+        so one active run per job remains."""
         for old in self._search(f"tags.`{HASH_TAG}` = '{config_hash}'"):
             if old.info.status != "FINISHED" or redo_finished:
                 log.info("deleting earlier run %s (%s) of this job; redoing it", old.info.run_id, old.info.status)
                 self.client.delete_run(old.info.run_id)
-        tags = {**tags, ROLE_TAG: "child", HASH_TAG: config_hash}
+        context = self._parent_context(parent_run_id) if parent_run_id else context_tags()
+        tags = {**context, **tags, ROLE_TAG: "child", HASH_TAG: config_hash}
         if parent_run_id:
             tags[PARENT_TAG] = parent_run_id
-        return self.client.create_run(self.experiment_id, run_name=name, tags=tags).info.run_id
+        run_id = self.client.create_run(self.experiment_id, run_name=name, tags=tags).info.run_id
+        if self.system_metrics:
+            self._start_monitor(run_id)
+        return run_id
+
+    def _parent_context(self, parent_run_id: str) -> dict[str, str]:
+        """The parent's context tags: resolved once, in the process that read the command
+        line (a joblib or SLURM worker would see its own entry point, not ours)."""
+        tags = self.client.get_run(parent_run_id).data.tags
+        return {k: v for k, v in tags.items() if k in CONTEXT_TAGS}
+
+    def _start_monitor(self, run_id: str) -> None:
+        try:
+            mon = held_system_metrics_monitor(run_id, SYSTEM_METRICS_INTERVAL_S, self.uri)
+            mon.start()
+            self._monitors[run_id] = mon
+        except Exception as e:  # psutil missing, ...: the job runs without them
+            log.warning("system metrics off for run %s: %s", run_id, e)
 
     def log(
         self, run_id: str, params: dict[str, Any] | None = None, metrics: dict[str, float] | None = None,
         tags: dict[str, Any] | None = None, step: int = 0,
     ) -> None:
+        """Params, metrics and tags; the ``HEADLINE`` metrics first, in their own batch
+        (the UI lists a run's metrics in logging order); ``STEPPED`` metrics
+        (``position_acceptance/<i>``) as one metric with step i. Values are rounded to
+        ``SIGNIFICANT`` digits (the UI prints every digit and clips the column);
+        metrics.json among the artifacts keeps them whole."""
         from mlflow.entities import Metric, Param, RunTag
         from mlflow.utils.time import get_current_time_millis
 
         now = get_current_time_millis()
         p = [Param(k, _param_value(k, v)) for k, v in (params or {}).items()]
-        m = [Metric(k, float(v), now, step) for k, v in (metrics or {}).items()
-             if v is not None and not math.isnan(float(v))]
         t = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
+        m = [Metric(k, _rounded(v), now, step) for k, v in (metrics or {}).items() if k in HEADLINE and _finite(v)]
+        m.sort(key=lambda x: HEADLINE.index(x.key))
+        rest = []
+        for k, v in (metrics or {}).items():
+            if k in HEADLINE or not _finite(v):
+                continue
+            name, _, position = k.rpartition("/")
+            if name in STEPPED and position.isdigit():
+                rest.append(Metric(name, _rounded(v), now, int(position)))
+            else:
+                rest.append(Metric(k, _rounded(v), now, step))
+        self._batches(run_id, m, p, t)
+        self._batches(run_id, rest, [], [])
+
+    def _batches(self, run_id: str, m: list, p: list, t: list) -> None:
         for i in range(0, max(len(p), len(m), len(t)), 100):  # MLflow caps a batch at 100 params/tags
             self.client.log_batch(run_id, metrics=m[i : i + 100], params=p[i : i + 100], tags=t[i : i + 100])
 
-    def log_artifact(self, run_id: str, path: str | Path) -> None:
-        self.client.log_artifact(run_id, str(path))
+    def describe(self, run_id: str, markdown: str) -> None:
+        """The run's description: the first thing its page shows."""
+        self.client.set_tag(run_id, NOTE_TAG, markdown)
+
+    def log_artifact(self, run_id: str, path: str | Path, artifact_path: str | None = None) -> None:
+        self.client.log_artifact(run_id, str(path), artifact_path)
+
+    def log_table(self, run_id: str, table: Any, artifact_file: str) -> None:
+        """A table (dict of columns or DataFrame) the UI shows as a table (``log_table``)."""
+        self.client.log_table(run_id, table, artifact_file)
+
+    def log_prompt_set(
+        self, run_id: str, questions: list[Any], name: str, source: str | None, context: str = "eval",
+    ) -> None:
+        """The job's prompts as a dataset input (``mlflow.data``): name, a digest of the
+        very prompts, where they were read from; the runs table's Dataset column."""
+        import mlflow.data
+        import pandas as pd
+        from mlflow.entities import DatasetInput, InputTag
+
+        n_turns = max((len(q.turns) for q in questions), default=0)
+        df = pd.DataFrame([
+            {"question_id": q.question_id, "category": q.category,
+             **{f"turn_{i + 1}": (q.turns[i] if i < len(q.turns) else None) for i in range(n_turns)}}
+            for q in questions
+        ])
+        from mlflow.data.sources import LocalArtifactDatasetSource
+
+        with warnings.catch_warnings():  # "integer columns cannot hold missing values": not a model schema here
+            warnings.simplefilter("ignore", UserWarning)
+            ds = mlflow.data.from_pandas(df, source=LocalArtifactDatasetSource(source or name), name=name)
+            entity = ds._to_mlflow_entity()
+        self.client.log_inputs(run_id, [DatasetInput(entity, [InputTag("mlflow.data.context", context)])])
 
     def end(self, run_id: str, status: str = "FINISHED") -> None:
+        mon = self._monitors.pop(run_id, None)
+        if mon is not None:
+            mon.finish()
+            try:
+                self._batches(run_id, mon.held, [], [])
+            except Exception as e:  # a lost sample is not worth a failed run
+                log.warning("system metrics of run %s not logged: %s", run_id, e)
         self.client.set_terminated(run_id, status=status)
+
+    def children(self, parent_run_id: str) -> list[Any]:
+        return self._search(f"tags.`{PARENT_TAG}` = '{parent_run_id}'", "attributes.status = 'FINISHED'")
+
+    def summarize_parent(self, parent_run_id: str) -> None:
+        """The sweep's headline on its parent: the best job's (by speedup) headline
+        metrics, and a description with every job's, best first."""
+        runs = self.children(parent_run_id)
+        if not runs:
+            return
+        ranked = sorted(runs, key=lambda r: -r.data.metrics.get("speedup", -math.inf))
+        best = ranked[0]
+        self.log(parent_run_id, metrics={k: best.data.metrics[k] for k in HEADLINE if k in best.data.metrics},
+                 tags={"stagedspec.best_run": best.info.run_id})
+        self.describe(parent_run_id, parent_note(ranked))
+
+
+def held_system_metrics_monitor(run_id: str, interval_s: float, uri: str) -> Any:
+    """MLflow's system metrics monitor (CPU, memory, disk, network through psutil), its
+    samples held until the run ends (``mon.held``, logged by ``Tracker.end``) instead of
+    written as they come: a run's first-logged metrics are the first its page lists, and
+    those must be the headline, not ``system/cpu_utilization_percentage``."""
+    from mlflow.entities import Metric
+    from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+    from mlflow.utils.time import get_current_time_millis
+
+    class Held(SystemMetricsMonitor):
+        held: list = []
+
+        def publish_metrics(self, metrics: dict[str, float]) -> None:
+            now = get_current_time_millis()
+            prefix = self._metrics_prefix + (self.node_id + "/" if self.node_id else "")
+            self.held = [*self.held, *(Metric(prefix + k, float(v), now, self._logging_step) for k, v in metrics.items())]
+            self._logging_step += 1
+            for monitor in self.monitors:
+                monitor.clear_metrics()
+
+    return Held(run_id, sampling_interval=interval_s, tracking_uri=uri)
+
+
+def _finite(v: Any) -> bool:
+    return v is not None and not math.isnan(float(v))
+
+
+SIGNIFICANT = 4
+"""Timing noise is ~15% between runs (FACTS.md): digits past the fourth are noise."""
+
+
+def _rounded(v: Any) -> float:
+    v = float(v)
+    return v if v.is_integer() or math.isinf(v) else float(f"{v:.{SIGNIFICANT}g}")
 
 
 def _param_value(key: str, value: Any) -> str:
@@ -145,28 +352,118 @@ def _param_value(key: str, value: Any) -> str:
     return text
 
 
+def _num(m: dict[str, float], key: str, fmt: str = ".2f") -> str:
+    return format(m[key], fmt) if key in m else "–"
+
+
+def speedup_text(m: dict[str, float]) -> str:
+    """"1.23× (95% CI 1.10–1.35)", the interval only when measured."""
+    if "speedup" not in m:
+        return "–"
+    ci = f" (95% CI {m['speedup_ci_low']:.2f}–{m['speedup_ci_high']:.2f})" if "speedup_ci_low" in m and "speedup_ci_high" in m else ""
+    return f"{m['speedup']:.2f}×{ci}"
+
+
+def child_note(name: str, m: dict[str, float], data_text: str, max_new_tokens: int) -> str:
+    """A job's description: its headline numbers in a sentence or two."""
+    lines = [f"**{name}** on {data_text}, {max_new_tokens} new tokens per prompt turn.", ""]
+    if "speedup" in m:
+        lines.append(f"- **Speedup {speedup_text(m)}** over plain decoding "
+                     f"({_num(m, 'ar_tokens_per_s', '.1f')} → {_num(m, 'tokens_per_s', '.1f')} tokens/s)")
+    else:
+        lines.append(f"- {_num(m, 'tokens_per_s', '.1f')} tokens/s (no plain-decoding baseline in this job)")
+    if "acceptance_rate" in m:
+        lines.append(f"- {_num(m, 'mean_accepted_tokens_per_call')} tokens per target call; acceptance "
+                     f"{_num(m, 'acceptance_rate')}; {100 * m.get('wasted_target_fraction', 0):.0f}% of "
+                     "target-scored positions discarded")
+    if "ar_match_rate" in m:
+        lines.append(f"- Greedy output identical to plain decoding on {100 * m['ar_match_rate']:.0f}% of prompt turns")
+    lines += ["", "Per prompt: `outputs_table.json` (artifacts); per position: the `position_acceptance` chart."]
+    return "\n".join(lines)
+
+
+def parent_note(ranked: list[Any]) -> str:
+    """A sweep's description: one row per job, best speedup first."""
+    rows = ["| job | speedup | tokens/call | acceptance | wasted target | tokens/s | plain tokens/s |",
+            "|---|---|---|---|---|---|---|"]
+    for r in ranked:
+        m = r.data.metrics
+        rows.append(f"| {r.info.run_name} | {speedup_text(m)} | {_num(m, 'mean_accepted_tokens_per_call')} | "
+                    f"{_num(m, 'acceptance_rate')} | {_num(m, 'wasted_target_fraction')} | "
+                    f"{_num(m, 'tokens_per_s', '.1f')} | {_num(m, 'ar_tokens_per_s', '.1f')} |")
+    best = ranked[0]
+    head = (f"{len(ranked)} finished jobs. Best: **{best.info.run_name}**, speedup "
+            f"{speedup_text(best.data.metrics)}; this run's metrics are that job's. Figures: artifacts `report/` "
+            "(after `python -m analysis.report`).")
+    return head + "\n\n" + "\n".join(rows)
+
+
+def context_tags() -> dict[str, str]:
+    """Who ran what from where: MLflow's own run-context resolvers (user, source name and
+    type, git commit, branch and repository), plus whether tracked files differed from
+    the commit (``stagedspec.git_dirty``), which MLflow does not record."""
+    from mlflow.tracking.context.registry import resolve_tags
+
+    tags = {k: v for k, v in resolve_tags().items() if k in CONTEXT_TAGS}
+    if "mlflow.source.git.commit" in tags:
+        try:
+            import git  # GitPython, an MLflow dependency
+
+            repo = git.Repo(Path(tags.get("mlflow.source.name", ".")).resolve().parent, search_parent_directories=True)
+            tags["stagedspec.git_dirty"] = str(repo.is_dirty(untracked_files=False)).lower()
+        except Exception:  # not a repository after all, git missing: no dirty flag
+            pass
+    return tags
+
+
 def tracker_for(cfg: DictConfig) -> Tracker | None:
     """The tracker a config names (``tracking.uri``), or None when tracking is off."""
     tracking = cfg.get("tracking")
     uri = None if tracking is None else tracking.get("uri")
     if not uri:
         return None
-    return Tracker(uri, cfg.experiment_name, tracking.get("artifact_location"))
+    return Tracker(uri, cfg.experiment_name, tracking.get("artifact_location"), bool(tracking.get("system_metrics", False)))
+
+
+def ui_url(tracker: Tracker, host: str = "http://127.0.0.1:5000") -> str:
+    """The link that opens the experiment's runs table with the headline columns."""
+    return f"{host}/#/experiments/{tracker.experiment_id}/runs?viewStateShareKey={VIEW_KEY}&workflowType=machine_learning"
 
 
 class TrackingCallback(Callback):
-    """Creates the MLflow database, experiment and the sweep's parent run before any job
-    starts, and hands the parent's id to the jobs (environment variable, plus a file in
-    the sweep directory for jobs on other machines). Registered in conf/config.yaml under
-    ``hydra.callbacks``."""
+    """Checks every job's config, then creates the MLflow database, experiment and the
+    sweep's parent run before any job starts, and hands the parent's id to the jobs
+    (environment variable, plus a file in the sweep directory for jobs on other
+    machines). At the end, puts the sweep's headline on the parent. Registered in
+    conf/config.yaml under ``hydra.callbacks``; generate.yaml checks its own key
+    (``extra_keys: [prompt]``) and no prompt set (``with_data: false``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, validate: bool = True, extra_keys: Any = (), with_data: bool = True) -> None:
+        self.validate = validate
+        self.check = {"extra_keys": tuple(extra_keys), "with_data": with_data}
         self.tracker: Tracker | None = None
         self.parent_run_id: str | None = None
 
     def _start(self, config: DictConfig, multirun: bool) -> None:
+        from .cli import CliError, swept_keys, validate_single, validate_sweep
+
         if not HydraConfig.initialized():  # `${hydra:...}` in tracking.uri needs it
             HydraConfig.instance().set_config(config)
+        n_jobs, swept, plans = 1, [], None
+        if self.validate:
+            try:
+                if multirun:
+                    plans = validate_sweep(config, **self.check)
+                    n_jobs = len(plans) if plans is not None else 0
+                    swept = swept_keys(config)
+                else:
+                    plans = [([], validate_single(config, **self.check))]
+            except CliError as e:
+                # Hydra turns a callback's exception into a warning and carries on, so stop
+                # here: the message alone, the traceback too under HYDRA_FULL_ERROR=1.
+                if os.environ.get("HYDRA_FULL_ERROR") == "1":
+                    traceback.print_exception(e)
+                raise SystemExit(str(e)) from None
         self.tracker = tracker_for(config)
         if self.tracker is None:
             return
@@ -174,20 +471,30 @@ class TrackingCallback(Callback):
         params = OmegaConf.to_container(hc.sweeper.params, resolve=False) if hc.sweeper.get("params") else {}
         overrides = list(hc.overrides.task)
         sid = sweep_id(config.experiment_name, overrides, params)
-        name = job_overrides_label(overrides) or config.experiment_name
-        tags = {"stagedspec.overrides": " ".join(overrides)[:5000], **git_tags()}
-        self.parent_run_id = self.tracker.parent_run(sid, name, tags)
+        tags = {"stagedspec.overrides": " ".join(overrides)[:5000], **context_tags()}
+        self.parent_run_id = self.tracker.parent_run(sid, sweep_name(config.experiment_name, swept, n_jobs), tags)
+        prompt_sets = {(p.data_name, tuple(q.question_id for q in p.questions)) for _, p in plans or []}
+        if len(prompt_sets) == 1 and plans[0][1].questions:  # every job on the same prompts: the sweep's dataset too
+            plan = plans[0][1]
+            self.tracker.log_prompt_set(self.parent_run_id, plan.questions, plan.data_name, str(plan.data_path))
         os.environ[PARENT_ENV] = self.parent_run_id
+        os.environ[SWEPT_ENV] = json.dumps(swept)
+        lines = [f"- {o}" for o in overrides] + [f"- {k}={v}" for k, v in params.items()]
         if multirun:
             sweep_dir = Path(hc.sweep.dir)
             sweep_dir.mkdir(parents=True, exist_ok=True)
-            (sweep_dir / PARENT_FILE).write_text(json.dumps({"parent_run_id": self.parent_run_id, "sweep_id": sid}))
+            (sweep_dir / PARENT_FILE).write_text(
+                json.dumps({"parent_run_id": self.parent_run_id, "sweep_id": sid, "swept": swept}))
+            (sweep_dir / "overrides.yaml").write_text("\n".join(lines) + "\n" if lines else "[]\n")
+            self.tracker.log_artifact(self.parent_run_id, sweep_dir / "overrides.yaml", "hydra")
 
     def _end(self, status: str = "FINISHED") -> None:
         # A multirun whose jobs raised never gets here (Hydra re-raises first): its parent
         # stays RUNNING until a re-run of the sweep completes it.
         if self.tracker is not None and self.parent_run_id:
+            self.tracker.summarize_parent(self.parent_run_id)
             self.tracker.end(self.parent_run_id, status)
+            log.info("MLflow: %s", ui_url(self.tracker))
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._start(config, multirun=True)
@@ -208,23 +515,22 @@ def parent_run_id() -> str | None:
     """The sweep's parent run, as the callback handed it on (None outside a tracked sweep)."""
     if os.environ.get(PARENT_ENV):
         return os.environ[PARENT_ENV]
+    f = _parent_file()
+    return json.loads(f.read_text())["parent_run_id"] if f is not None else None
+
+
+def swept() -> list[str] | None:
+    """The keys the sweep varies, as the callback handed them on (None: not known)."""
+    if os.environ.get(SWEPT_ENV):
+        return json.loads(os.environ[SWEPT_ENV])
+    f = _parent_file()
+    return json.loads(f.read_text()).get("swept") if f is not None else None
+
+
+def _parent_file() -> Path | None:
     if HydraConfig.initialized():
         f = Path(HydraConfig.get().sweep.dir) / PARENT_FILE
         if f.is_file():
-            return json.loads(f.read_text())["parent_run_id"]
+            return f
     return None
 
-
-def git_tags() -> dict[str, str]:
-    """The commit the code ran from, and whether tracked files differed from it."""
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=REPO_DIR, capture_output=True, text=True, timeout=10, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_DIR, capture_output=True, text=True,
-            timeout=10,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    return {"mlflow.source.git.commit": commit, "stagedspec.git_dirty": str(bool(dirty)).lower()}
