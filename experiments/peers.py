@@ -107,6 +107,17 @@ def read_measurements(path: Path, config_hash: str) -> list[dict]:
     return out
 
 
+def drop_torn_tail(path: Path) -> None:
+    """Cut a last line without its newline (a kill mid-write), so the next append starts
+    a line of its own instead of gluing itself to the fragment."""
+    if not path.is_file():
+        return
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        with path.open("r+b") as f:
+            f.truncate(data.rfind(b"\n") + 1)
+
+
 def _key(rec: dict) -> tuple:
     return (rec["method"], rec["batch"], rec["group"], rec["repeat"])
 
@@ -121,6 +132,7 @@ def run_measurements(
     ``limit`` new ones. Each method is warmed up once (untimed) before its first new
     measurement. Returns this configuration's measurements, old and new."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    drop_torn_tail(path)
     records = read_measurements(path, config_hash)
     done = {_key(r) for r in records}
     todo = [c for c in schedule(batches, len(prompts), batch_sizes, repeats) if c.key not in done]

@@ -1,0 +1,201 @@
+"""experiments/peers.py without the embedded model: the measurement loop's schedule and
+resume, the table's arithmetic on hand-made numbers, and one real run on tiny models."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load():
+    sys.path.insert(0, str(ROOT / "experiments"))
+    spec = importlib.util.spec_from_file_location("peers_under_test", ROOT / "experiments" / "peers.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+peers = _load()
+
+
+class FakeClock:
+    """Time that moves only when a fake method "works": deterministic seconds."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def fake_methods(clock: FakeClock, calls: list):
+    """hf: 1 s per token; fast: 0.5 s per token at batch 1, 0.75 s per step at batch 2;
+    wrong: fast but its outputs differ from hf's on prompt 1."""
+    def make(name, per_token, differs=False):
+        def run(prompts, n):
+            calls.append((name, len(prompts), n))
+            outs = [[(sum(p) + j) % 97 for j in range(n)] for p in prompts]
+            if differs:
+                outs = [o if p[0] != 11 else [o[0] + 1] + o[1:] for p, o in zip(prompts, outs)]
+            # exact binary fractions: the seconds do not depend on where the clock stood
+            clock.t += per_token * n * ((1 + len(prompts)) / 2 if name != "hf" else len(prompts))
+            res = {"outputs": outs}
+            if name != "hf":
+                res.update(target_calls=n // 2, target_forward_time=0.25 * n, rounds=(n // 2) * len(prompts),
+                           drafted=4.0 * n, accepted=2.0 * n)
+            return res
+        return run
+    return {"hf": make("hf", 1.0), "fast": make("fast", 0.5), "wrong": make("wrong", 0.5, differs=True)}
+
+
+PROMPTS = [[10, 1], [11, 2], [12, 3], [13, 4], [14, 5]]
+CATS = ["a", "b", "a", "b", "a"]
+BATCHES = {"hf": [1], "fast": [1, 2], "wrong": [1, 2]}
+
+
+def run(path, limit=None, repeats=2, calls=None):
+    clock = FakeClock()
+    calls = [] if calls is None else calls
+    recs = peers.run_measurements(fake_methods(clock, calls), BATCHES, PROMPTS, 6, [1, 2], repeats, path, "cfg",
+                                  limit=limit, clock=clock, log=lambda s: None)
+    return recs, calls
+
+
+def test_schedule_interleaves_and_rotates():
+    cells = peers.schedule(BATCHES, 5, [1, 2], 2)
+    assert len(cells) == 2 * (5 * 3 + 3 * 2)  # 5 prompts x 3 methods at B=1, 3 pairs x 2 methods at B=2
+    first = [c.method for c in cells[:6]]
+    assert first == ["hf", "fast", "wrong", "fast", "wrong", "hf"]  # rotated by one per prompt
+    rep1 = [c for c in cells if c.repeat == 1 and c.batch == 1 and c.group == 0]
+    assert [c.method for c in rep1] == ["fast", "wrong", "hf"]  # and by one per repeat
+    assert [c.prompts for c in cells if c.batch == 2 and c.repeat == 0 and c.method == "fast"] == \
+        [(0, 1), (2, 3), (4,)]
+    assert {c.batch for c in cells if c.method == "hf"} == {1}
+
+
+def test_resume_after_a_kill_gives_the_same_table_and_no_duplicates(tmp_path):
+    full, _ = run(tmp_path / "full.jsonl")
+    path = tmp_path / "resumed.jsonl"
+    first, calls1 = run(path, limit=7)
+    assert len(first) == 7
+    with path.open("a") as f:
+        f.write('{"config": "cfg", "method": "fa')  # a kill mid-write: a torn last line
+    resumed, calls2 = run(path)
+    keys = [peers._key(r) for r in resumed]
+    assert len(keys) == len(set(keys)) == len(full) == 42
+    assert len([c for c in calls2 if c[2] == 6]) == 42 - 7  # done cells are not measured again
+    again, calls3 = run(path)  # nothing left: no method is even warmed up
+    assert len(again) == 42 and calls3 == []
+    on_disk = peers.read_measurements(path, "cfg")
+    assert len(on_disk) == 42 and peers.read_measurements(path, "other") == []
+    # the order of a resumed run is the schedule's, the cells done before skipped
+    order = [peers._key(r) for r in on_disk]
+    assert order == [c.key for c in peers.schedule(BATCHES, 5, [1, 2], 2)]
+    t_full = peers.summarize(full, CATS, greedy=True, min_s_per_call=0.1)
+    t_res = peers.summarize(resumed, CATS, greedy=True, min_s_per_call=0.1)
+    assert t_full == t_res
+    assert peers.markdown(t_full) == peers.markdown(t_res)
+
+
+def test_more_repeats_resume_the_same_measurements(tmp_path):
+    path = tmp_path / "m.jsonl"
+    run(path, repeats=1)
+    recs, calls = run(path, repeats=2)
+    assert len(recs) == 42 and len([c for c in calls if c[2] == 6]) == 21
+
+
+def test_table_arithmetic_on_hand_made_numbers():
+    def rec(method, batch, prompts, repeat, tokens, seconds, outputs=None, **kw):
+        return {"config": "c", "method": method, "batch": batch, "group": prompts[0] // batch, "prompts": prompts,
+                "repeat": repeat, "tokens": tokens, "seconds": seconds,
+                "outputs": outputs or [[1, 2]] * len(prompts), **kw}
+    ours = dict(target_calls=5, target_forward_time=0.5, rounds=5, drafted=8.0, accepted=6.0)
+    records = [
+        # HF: prompt 0 at 10 tok/s (repeats 1 s, 1 s), prompt 1 at 5 tok/s (2 s, 2 s)
+        rec("hf", 1, [0], 0, 10, 1.0), rec("hf", 1, [0], 1, 10, 1.0),
+        rec("hf", 1, [1], 0, 10, 2.0), rec("hf", 1, [1], 1, 10, 2.0),
+        # ours: prompt 0 at 20 and 40 tok/s (median 30 -> ratio 3), prompt 1 at 2.5 tok/s (ratio 0.5)
+        rec("x", 1, [0], 0, 10, 0.5, **ours), rec("x", 1, [0], 1, 10, 0.25, **ours),
+        rec("x", 1, [1], 0, 10, 4.0, outputs=[[9]], **ours), rec("x", 1, [1], 1, 10, 4.0, **ours),
+        # batch 2: 20 tokens in 1 s vs HF's 20 tokens in 3 s -> ratio 3
+        rec("x", 2, [0, 1], 0, 20, 1.0, **ours),
+    ]
+    t = peers.summarize(records, ["a", "b"], greedy=True, min_s_per_call=0.01)
+    rows = {(r["method"], r["batch"]): r for r in t["overall"]}
+    x = rows[("x", 1)]
+    assert x["speedup_vs_hf"] == pytest.approx(math.sqrt(3 * 0.5))
+    assert x["ci"][0] <= x["speedup_vs_hf"] <= x["ci"][1]
+    assert x["tokens_per_s"] == pytest.approx(40 / 8.75)
+    assert x["tokens_per_call"] == pytest.approx(40 / 20)
+    assert x["acceptance"] == pytest.approx(0.75)
+    assert x["s_per_target_call"] == pytest.approx(0.1)
+    assert x["min_s_per_target_call"] == 0.01
+    assert x["differing_outputs"] == 1  # prompt 1's repeat 0
+    hf = rows[("hf", 1)]
+    assert hf["speedup_vs_hf"] == pytest.approx(1.0) and hf["differing_outputs"] == 0
+    assert hf["tokens_per_call"] is None and hf["acceptance"] is None and hf["s_per_target_call"] is None
+    b2 = rows[("x", 2)]
+    assert b2["speedup_vs_hf"] == pytest.approx(3.0) and b2["tokens_per_s"] == pytest.approx(20.0)
+    assert b2["tokens_per_call"] == pytest.approx(20 / 5)
+    # per category: batch 1 only, one prompt each
+    assert [(r["method"], r["batch"]) for r in t["a"]] == [("hf", 1), ("x", 1)]
+    assert t["a"][1]["speedup_vs_hf"] == pytest.approx(3.0)
+    assert t["b"][1]["speedup_vs_hf"] == pytest.approx(0.5)
+    # sampled: no output comparison
+    assert peers.summarize(records, ["a", "b"], greedy=False)["overall"][1]["differing_outputs"] is None
+    md = peers.markdown(t)
+    assert "| x | 1 | 4.6 | 1.22 [" in md and "| 1/2 |" in md
+
+
+def test_a_real_run_on_tiny_models(tmp_path):
+    """HF generate and our decoders on a tiny random Llama, through the same loop: ours
+    equal HF greedy at batch 1 and 2."""
+    from stagedspec.drafters import KatzNgramDrafter
+    from stagedspec.sampling import SamplingConfig
+    from tests.helpers import tiny_target
+
+    target = tiny_target()
+    prompts = [[5, 6, 7, 8, 5, 6, 7], [9, 10, 11, 9, 10], [3, 4, 3, 4, 3]]
+    methods = {"hf": peers.hf_fn(target.model, [], 0.0),
+               "ar": peers.ours_fn(target, lambda: None, SamplingConfig(), [], peers_plan()),
+               "ngram>target": peers.ours_fn(target, lambda: KatzNgramDrafter(target.vocab_size, k=3),
+                                             SamplingConfig(), [], peers_plan())}
+    batches = {"hf": [1], "ar": [1, 2], "ngram>target": [1, 2]}
+    recs = peers.run_measurements(methods, batches, prompts, 8, [1, 2], 1, tmp_path / "m.jsonl", "h",
+                                  log=lambda s: None)
+    t = peers.summarize(recs, ["c"] * 3, greedy=True, min_s_per_call=1e-4)
+    rows = {(r["method"], r["batch"]): r for r in t["overall"]}
+    assert set(rows) == {("hf", 1), ("ar", 1), ("ar", 2), ("ngram>target", 1), ("ngram>target", 2)}
+    for (m, b), r in rows.items():
+        assert r["differing_outputs"] == 0, (m, b)
+        assert r["speedup_vs_hf"] > 0
+    assert rows[("ar", 1)]["tokens_per_call"] == pytest.approx(1.0)
+    assert rows[("ngram>target", 1)]["acceptance"] is not None
+    lines = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
+    assert all(x["tokens"] == 8 * len(x["prompts"]) for x in lines)
+
+
+def peers_plan():
+    from stagedspec.kernels import HF_PLAN
+
+    return HF_PLAN
+
+
+def test_figure_from_results(tmp_path):
+    from analysis.peers_figure import draw
+
+    rows = [{"method": "hf", "batch": 1, "speedup_vs_hf": 1.0, "ci": [1.0, 1.0]},
+            {"method": "ar", "batch": 2, "speedup_vs_hf": 1.5, "ci": [1.2, 1.8]},
+            {"method": "bad", "batch": 1, "speedup_vs_hf": float("nan"), "ci": [float("nan")] * 2}]
+    res = tmp_path / "results.json"
+    res.write_text(json.dumps({"args": {"data": "mt_bench"}, "tables": {"overall": rows}}))
+    png = draw(res)
+    assert png == tmp_path / "peers.png" and png.stat().st_size > 1000
