@@ -120,10 +120,11 @@ def test_table_arithmetic_on_hand_made_numbers():
     ours = dict(target_calls=5, target_forward_time=0.5, rounds=5, drafted=8.0, accepted=6.0)
     records = [
         # HF: prompt 0 at 10 tok/s (repeats 1 s, 1 s), prompt 1 at 5 tok/s (2 s, 2 s)
-        rec("hf", 1, [0], 0, 10, 1.0), rec("hf", 1, [0], 1, 10, 1.0),
+        rec("hf", 1, [0], 0, 10, 1.0), rec("hf", 1, [0], 1, 10, 1.0), rec("hf", 1, [0], 2, 10, 1.0),
         rec("hf", 1, [1], 0, 10, 2.0), rec("hf", 1, [1], 1, 10, 2.0),
-        # ours: prompt 0 at 20 and 40 tok/s (median 30 -> ratio 3), prompt 1 at 2.5 tok/s (ratio 0.5)
+        # ours: prompt 0 at 20, 40, 25 tok/s (median 25, mean 28.3 -> ratio 2.5), prompt 1 at 2.5 (ratio 0.5)
         rec("x", 1, [0], 0, 10, 0.5, **ours), rec("x", 1, [0], 1, 10, 0.25, **ours),
+        rec("x", 1, [0], 2, 10, 0.4, **ours),
         rec("x", 1, [1], 0, 10, 4.0, outputs=[[9]], **ours), rec("x", 1, [1], 1, 10, 4.0, **ours),
         # batch 2: 20 tokens in 1 s vs HF's 20 tokens in 3 s -> ratio 3
         rec("x", 2, [0, 1], 0, 20, 1.0, **ours),
@@ -131,10 +132,10 @@ def test_table_arithmetic_on_hand_made_numbers():
     t = peers.summarize(records, ["a", "b"], greedy=True, min_s_per_call=0.01)
     rows = {(r["method"], r["batch"]): r for r in t["overall"]}
     x = rows[("x", 1)]
-    assert x["speedup_vs_hf"] == pytest.approx(math.sqrt(3 * 0.5))
+    assert x["speedup_vs_hf"] == pytest.approx(math.sqrt(2.5 * 0.5))
     assert x["ci"][0] <= x["speedup_vs_hf"] <= x["ci"][1]
-    assert x["tokens_per_s"] == pytest.approx(40 / 8.75)
-    assert x["tokens_per_call"] == pytest.approx(40 / 20)
+    assert x["tokens_per_s"] == pytest.approx(50 / 9.15)
+    assert x["tokens_per_call"] == pytest.approx(50 / 25)
     assert x["acceptance"] == pytest.approx(0.75)
     assert x["s_per_target_call"] == pytest.approx(0.1)
     assert x["min_s_per_target_call"] == 0.01
@@ -147,12 +148,12 @@ def test_table_arithmetic_on_hand_made_numbers():
     assert b2["tokens_per_call"] == pytest.approx(20 / 5)
     # per category: batch 1 only, one prompt each
     assert [(r["method"], r["batch"]) for r in t["a"]] == [("hf", 1), ("x", 1)]
-    assert t["a"][1]["speedup_vs_hf"] == pytest.approx(3.0)
+    assert t["a"][1]["speedup_vs_hf"] == pytest.approx(2.5)
     assert t["b"][1]["speedup_vs_hf"] == pytest.approx(0.5)
     # sampled: no output comparison
     assert peers.summarize(records, ["a", "b"], greedy=False)["overall"][1]["differing_outputs"] is None
     md = peers.markdown(t)
-    assert "| x | 1 | 4.6 | 1.22 [" in md and "| 1/2 |" in md
+    assert "| x | 1 | 5.5 | 1.12 [" in md and "| 1/2 |" in md
 
 
 def test_a_real_run_on_tiny_models(tmp_path):
