@@ -130,12 +130,15 @@ def run_measurements(
     """Run every cell of ``schedule`` not yet in ``path`` (skipping done ones keeps the
     interleaving of a resumed run), appending one JSON line per measurement; stop after
     ``limit`` new ones. Each method is warmed up once (untimed) before its first new
-    measurement. Returns this configuration's measurements, old and new."""
+    measurement. Returns this schedule's measurements, old and new."""
     path.parent.mkdir(parents=True, exist_ok=True)
     drop_torn_tail(path)
-    records = read_measurements(path, config_hash)
+    cells = schedule(batches, len(prompts), batch_sizes, repeats)
+    wanted = {c.key for c in cells}
+    # only this schedule's cells: fewer repeats or batch sizes than an earlier run leave the rest out
+    records = [r for r in read_measurements(path, config_hash) if _key(r) in wanted]
     done = {_key(r) for r in records}
-    todo = [c for c in schedule(batches, len(prompts), batch_sizes, repeats) if c.key not in done]
+    todo = [c for c in cells if c.key not in done]
     if done:
         log(f"resuming: {len(done)} measurements done, {len(todo)} to go ({path})")
     warm: set[str] = set()
@@ -260,15 +263,18 @@ def markdown(tables: dict[str, list[dict]], head: str = "") -> str:
 
 # ----------------------------------------------------------------- set-up and methods
 
+HASHED = ("data", "data_path", "prompts", "max_new_tokens", "threads", "device", "dtype", "temperature", "k", "tree",
+          "lower_k", "kernels", "assistant_schedule", "prompt_lookup", "early_exit")
+"""The arguments that change the numbers: the measurements' key (with the draft files)."""
+
+
 def config_hash(args, files: dict[str, Path]) -> str:
     """The settings that change the numbers (not --repeats or --batch-sizes: more of
     either resumes the same measurements), draft files by size and mtime."""
     import torch
     import transformers
 
-    keys = ("data", "data_path", "prompts", "max_new_tokens", "threads", "device", "dtype", "temperature", "k",
-            "tree", "lower_k", "kernels", "assistant_schedule", "prompt_lookup", "early_exit")
-    d = {k: getattr(args, k) for k in keys}
+    d = {k: getattr(args, k) for k in HASHED}
     d["files"] = {k: [str(p), p.stat().st_size, p.stat().st_mtime_ns] if p.is_file() else None
                   for k, p in files.items()}
     d["versions"] = [torch.__version__, transformers.__version__]
@@ -390,7 +396,10 @@ def track(uri: str, data: str, temperature: float, chash: str, tables: dict, md:
 
     tracker = Tracker(uri, experiment_name="peers")
     parent = tracker.parent_run(f"peers-{chash}", f"peers {data} T={temperature:g}", context_tags())
-    params = {k: v for k, v in vars(args).items() if k not in ("tracking_uri", "max_measurements")}
+    # the parent is found again by the hash: its params are the hashed settings only (MLflow
+    # refuses a changed param), the rest (--repeats, --batch-sizes, ...) are tags
+    params = {k: getattr(args, k) for k in HASHED}
+    rest = {f"peers.{k}": v for k, v in vars(args).items() if k not in HASHED and k != "tracking_uri"}
     for r in tables["overall"]:
         child = tracker.start_child(parent, f"{chash}-{r['method']}-b{r['batch']}", f"{r['method']} b{r['batch']}",
                                     {"stagedspec.peers_method": r["method"]}, redo_finished=True)
@@ -400,9 +409,9 @@ def track(uri: str, data: str, temperature: float, chash: str, tables: dict, md:
                   "min_s_per_target_call"):
             if r[k] is not None:
                 metrics[k] = float(r[k])
-        tracker.log(child, params={**params, "method": r["method"], "batch": r["batch"]}, metrics=metrics)
+        tracker.log(child, params={**params, "method": r["method"], "batch": r["batch"]}, metrics=metrics, tags=rest)
         tracker.end(child)
-    tracker.log(parent, params=params)
+    tracker.log(parent, params={**params, "config_hash": chash}, tags=rest)
     tracker.describe(parent, md)
     for f in ("table.md", "results.json", "peers.png"):
         if (out / f).is_file():

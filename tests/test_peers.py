@@ -110,6 +110,8 @@ def test_more_repeats_resume_the_same_measurements(tmp_path):
     run(path, repeats=1)
     recs, calls = run(path, repeats=2)
     assert len(recs) == 42 and len([c for c in calls if c[2] == 6]) == 21
+    fewer, calls = run(path, repeats=1)  # the table of a smaller schedule has only its cells
+    assert len(fewer) == 21 and {r["repeat"] for r in fewer} == {0} and calls == []
 
 
 def test_table_arithmetic_on_hand_made_numbers():
