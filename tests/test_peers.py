@@ -202,3 +202,31 @@ def test_figure_from_results(tmp_path):
     res.write_text(json.dumps({"args": {"data": "mt_bench"}, "tables": {"overall": rows}}))
     png = draw(res)
     assert png == tmp_path / "peers.png" and png.stat().st_size > 1000
+
+
+def test_hf_methods_on_a_tiny_target_with_a_layers_draft(tmp_path):
+    """The HF peers as peers.py builds them: assisted generation with a saved layers draft
+    (the schedule asked for, HF's defaults filled in), prompt lookup, early exit; greedy
+    they all give HF generate's tokens; a missing layers file is a skip with its reason."""
+    import argparse
+
+    import torch
+
+    from stagedspec.draft_models import build_draft, save_draft
+    from tests.helpers import tiny_target
+
+    target = tiny_target()
+    save_draft(build_draft(target.model, "layers", 1, torch.arange(target.vocab_size)), tmp_path / "layers.safetensors")
+    files = {k: tmp_path / f"{k}.safetensors" for k in ("feature", "layers", "ngram")}
+    args = argparse.Namespace(temperature=0.0, assistant_schedule="heuristic", prompt_lookup=10, early_exit=1)
+    made, skipped, info = peers.hf_methods(args, target.model, target.name, files, [])
+    assert set(made) == {"hf", "hf_assisted_layers", "hf_prompt_lookup", "hf_early_exit"}, skipped
+    settings = peers.assistant_settings(info["assistant"])
+    assert settings["num_assistant_tokens_schedule"] == "heuristic"
+    assert settings["num_assistant_tokens"] is not None and settings["assistant_confidence_threshold"] is not None
+    p = [[5, 6, 7, 8, 5, 6, 7]]
+    want = made["hf"](p, 6)["outputs"]
+    for name, fn in made.items():
+        assert fn(p, 6)["outputs"] == want, name
+    made, skipped, _ = peers.hf_methods(args, target.model, target.name, {**files, "layers": tmp_path / "none"}, [])
+    assert "hf_assisted_layers" not in made and "no layers draft" in skipped["hf_assisted_layers"]
