@@ -88,7 +88,9 @@ def test_sweep_logs_every_job_and_resumes(tmp_path, questions):
             a.path for a in client.list_artifacts(r.info.run_id)}
         assert [a.path for a in client.list_artifacts(r.info.run_id, "hydra")] == ["hydra/overrides.yaml"]
         # headline first; per-position acceptance one metric, step = position
-        assert list(m)[:4] == ["speedup", "mean_accepted_tokens_per_call", "acceptance_rate", "wasted_target_fraction"]
+        # (3 prompt turns per job: the speedup's interval is there)
+        assert list(m)[:6] == ["speedup", "speedup_ci_low", "speedup_ci_high", "mean_accepted_tokens_per_call",
+                               "acceptance_rate", "wasted_target_fraction"]
         assert not [k for k in m if k.startswith("position_acceptance/")]
         steps = client.get_metric_history(r.info.run_id, "position_acceptance")
         assert sorted(x.step for x in steps) == list(range(1, int(p["draft_k"]) + 1))
