@@ -100,3 +100,12 @@ def test_shared_modules_stay_standard_library_only(path):
     neither may pull in torch, pandas or anything else outside the standard library."""
     top = {m.split(".")[0] for m in imports(ROOT / path)}
     assert top <= set(sys.stdlib_module_names) | {"__future__"}, top - set(sys.stdlib_module_names)
+
+
+@pytest.mark.parametrize("path", sorted(ADAPTERS.glob("*.py")) + sorted(ENTRY_SHIMS), ids=lambda p: p.name)
+def test_every_adapter_and_shim_imports(path):
+    """Each entry point's module imports cleanly: a name removed from a sibling module
+    (a merge that drops a helper) fails here, not at a user's first run."""
+    import importlib
+
+    importlib.import_module(module_name(path))

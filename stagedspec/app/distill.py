@@ -28,7 +28,7 @@ from ..distillation import CorpusSpec, DistillPlan, TrainConfig, distill
 from ..kernels import kernel_plan
 from ..models import load_cached
 from .plan import CONF_DIR, ConfigError, instantiate, plain
-from .tracking import Tracker, git_tags
+from .tracking import Tracker, context_tags
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ def main(cfg: DictConfig) -> None:
     if uri:
         tracker = Tracker(uri, cfg.experiment_name, cfg.tracking.get("artifact_location"))
         run = tracker.client.create_run(tracker.experiment_id, run_name=f"distill V={plan.vocab_size} "
-                                        + " ".join(f"{d}{n}" for d, n in plan.designs.items()), tags=git_tags())
+                                        + " ".join(f"{d}{n}" for d, n in plan.designs.items()), tags=context_tags())
         run_id = run.info.run_id
         tracker.log(run_id, params={"target": spec.source, "vocab_size": plan.vocab_size,
                                     "designs": json.dumps(plan.designs), "corpus": json.dumps(plain(cfg.corpus)),
