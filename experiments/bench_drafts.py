@@ -118,6 +118,7 @@ def main() -> None:
     times = {m: [[] for _ in prompts] for m in names}
     outs = {m: [None] * len(prompts) for m in names}
     calls = {m: [0, 0] for m in names}
+    split = {m: [0.0, 0.0, 0.0] for m in names}  # wall, target forwards, draft calls (seconds)
     hf_generate(hf_model, prompts[0], 8)  # warm-ups
     for m, make in methods.items():
         SpeculativeDecoder(target.model, make(), sampling, eos, plan=plan).generate([prompts[0]], 8)
@@ -134,6 +135,10 @@ def main() -> None:
                     calls[m][0] += len(ids)
                     calls[m][1] += res.target_calls
                 dt = time.perf_counter() - t0
+                if m != "hf":
+                    split[m][0] += dt
+                    split[m][1] += res.target_forward_time
+                    split[m][2] += sum(res.draft_call_time.values())
                 times[m][i].append(len(ids) / dt)
                 outs[m][i] = ids
     print(f"\n{'method':24s} {'tok/s':>7s} {'vs HF (95% CI)':>22s} {'tok/call':>8s} {'= HF':>5s}")
@@ -146,8 +151,17 @@ def main() -> None:
         rows[m] = {"tokens_per_s": sum(tps) / len(tps), "speedup_vs_hf": g, "ci": [lo, hi],
                    "tokens_per_call": calls[m][0] / calls[m][1] if calls[m][1] else 1.0,
                    "identical_to_hf": same, "per_prompt_speedup": dict(zip(cats, ratios))}
+        if calls[m][1]:  # where the time of one round goes, milliseconds
+            wall, verify, draft = split[m]
+            rows[m]["ms_per_round"] = {"verify": 1e3 * verify / calls[m][1], "draft": 1e3 * draft / calls[m][1],
+                                       "other": 1e3 * (wall - verify - draft) / calls[m][1]}
         print(f"{m:24s} {rows[m]['tokens_per_s']:7.2f} {g:6.2f} [{lo:5.2f}, {hi:5.2f}]      "
               f"{rows[m]['tokens_per_call']:8.2f} {'' if same is None else f'{same}/{len(prompts)}':>5s}")
+    print(f"\n{'method':24s} per target call (ms): {'verify':>7s} {'draft':>7s} {'other':>7s}")
+    for m, r in rows.items():
+        if "ms_per_round" in r:
+            v = r["ms_per_round"]
+            print(f"{m:24s} {'':21s} {v['verify']:7.1f} {v['draft']:7.1f} {v['other']:7.1f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": rows, "alpha_c": table if args.temperature == 0 else None,
