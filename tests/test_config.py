@@ -90,15 +90,18 @@ def test_base_config_validates_on_the_shipped_data(hydra_ctx, no_model_loads):
 
 
 def test_default_preset_is_small(hydra_ctx):
-    """The default sweep must finish well under 15 minutes on 2 idle CPU cores: 8 jobs of
-    8 prompts x 48 tokens, AR included (5 prompts measured 3 min 3 s, so about 5 min; 28
-    min measured while other jobs held both cores)."""
+    """The default sweep must finish well under 15 minutes on 2 idle CPU cores: 4 jobs of
+    8 prompts x 48 tokens, AR included (8 jobs of 8 prompts measured about 5 min)."""
     cfg = make("experiment=default")
-    assert len(sweep_points("default")) <= 8
+    assert len(sweep_points("default")) == 4
     plan = validate_cfg(cfg)
     assert cfg.max_new_tokens <= 64 and plan.data_name == "mt_bench"
     assert sum(len(q.turns) for q in plan.questions) == 8  # one first turn per MT-bench category
     assert cfg.target.source == "embedded"
+    # the staged default: n-gram over the target's answer counts > the shipped trained draft > target
+    ngram, small = plan.levels
+    assert plan.method == "ngram>small>target" and ngram.corpus == "embedded" and ngram.k == 2
+    assert type(small).__name__ == "TrainedLevel" and small.weights == "embedded-layers"
 
 
 @pytest.mark.parametrize("group", ["target", "sampling", "data", "tracking"])
