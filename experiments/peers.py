@@ -318,13 +318,15 @@ def hf_fn(model, eos, temperature, **kw) -> RunFn:
 def our_methods(target, files: dict[str, Path], k: int, tree: str | None, lower_k: int) -> tuple[dict, dict]:
     """name -> factory of a fresh drafter (None: plain decoding), and name -> why skipped."""
     from stagedspec.draft_models import load_draft
-    from stagedspec.drafters import KatzNgramDrafter, ModelDrafter
+    from stagedspec.drafters import KatzNgramDrafter, ModelDrafter, PromptLookupDrafter
     from stagedspec.drafters.feature import FeatureDrafter
     from stagedspec.hierarchy import _corpus_lm
     from stagedspec.tree import TreeShape
 
     V = target.vocab_size
     made, skipped = {"ar": lambda: None}, {}
+    # the cheapest chains: nothing but the target scores lower_k + 1 positions (T(3) ~ 1.1 T(1) here)
+    made["lookup>target"] = lambda: PromptLookupDrafter(k=lower_k, name="lookup")
     if files["feature"].is_file():
         feature = load_draft(files["feature"], target.model, target.name)
         made["feature>target"] = lambda: FeatureDrafter(feature, k=k, name="feature")
@@ -340,6 +342,7 @@ def our_methods(target, files: dict[str, Path], k: int, tree: str | None, lower_
     else:
         layers = load_draft(files["layers"], target.model, target.name)
         base = _corpus_lm(files["ngram"], files["ngram"].stat().st_mtime, V, 3)
+        made["ngram>target"] = lambda: KatzNgramDrafter(V, k=lower_k, base=base, name="ngram")
         made["ngram>layers>target"] = lambda: ModelDrafter(
             layers, k=k, lower=KatzNgramDrafter(V, k=lower_k, base=base), name="layers")
     skipped["ngram>feature>target"] = "FeatureDrafter takes no lower= level (it drafts only from the target's features)"
