@@ -15,7 +15,7 @@ def _cfg(*overrides):
 
 
 def test_generate_one_prompt_equals_plain_decoding():
-    spec = _cfg("prompt=hello hello hello", "levels.small.model.layers=1", "levels.ngram.k=3")
+    spec = _cfg("prompt=hello hello hello", "drafter@levels.ngram=katz", "drafter@levels.small=truncated", "levels.small.model.layers=1", "levels.ngram.k=3")
     plain = _cfg("prompt=hello hello hello", "levels.ngram=null", "levels.small=null")
     out, ref = generate_one(spec), generate_one(plain)
     assert out["method"] == "ngram>small>target" and ref["method"] == "target"
@@ -34,7 +34,7 @@ def test_generate_refuses_missing_or_empty_prompt():
 
 
 def test_generate_prints_the_plain_comparison_and_a_column_per_level():
-    out = generate_one(_cfg("prompt=hello hello hello", "levels.small.model.layers=1", "levels.ngram.k=3"))
+    out = generate_one(_cfg("prompt=hello hello hello", "drafter@levels.ngram=katz", "drafter@levels.small=truncated", "levels.small.model.layers=1", "levels.ngram.k=3"))
     assert out["plain_result"].sequences[0].output_ids == out["result"].sequences[0].output_ids
     text = report(out)
     assert "--- plain decoding: 16 tokens in 16 target calls" in text and "speedup" in text

@@ -391,7 +391,9 @@ def test_isotonic_cost_curve():
     assert isotonic([3, 2, 1]) == pytest.approx([2, 2, 2])
 
 
-def test_calibration_prompts_miss_the_first_questions_of_each_category():
+def test_calibration_prompts_miss_the_first_questions_of_each_category(tmp_path, monkeypatch):
+    import json
+
     from stagedspec import data
     from stagedspec.tree_search import calibration_prompts
     from stagedspec.text import encode_prompt
@@ -405,6 +407,12 @@ def test_calibration_prompts_miss_the_first_questions_of_each_category():
     class Target:
         tokenizer, vocab_size = Tok(), 128
 
+    if not data.default_data_path().is_file():  # a bare clone: four questions in each of four categories
+        path = tmp_path / "q.jsonl"
+        path.write_text("".join(json.dumps({"question_id": 10 * c + i, "category": f"cat{c}",
+                                            "turns": [f"Question {i} of category {c}?"]}) + "\n"
+                                for c in range(4) for i in range(4)))
+        monkeypatch.setenv(data.DATA_ENV, str(path))
     qs = data.load_questions(data.default_data_path())
     first = {tuple(encode_prompt(Tok(), q.turns[:1])) for q in data.balanced(qs, 2)}
     got = calibration_prompts(Target(), 6, "data")
