@@ -356,14 +356,15 @@ def _linears(model: nn.Module) -> list[nn.Linear]:
 def calibration_key(model: nn.Module, dtype: torch.dtype, threads: int, device: torch.device) -> dict:
     sizes = [list(m.weight.shape) for m in _linears(model)]
     return {
-        "machine": platform.machine(), "processor": _cpu_name(), "cores": os.cpu_count(),
+        "machine": platform.machine(), "processor": cpu_name(), "cores": os.cpu_count(),
         "torch": torch.__version__, "model": getattr(getattr(model, "config", None), "_name_or_path", "") or "",
         "weights": hashlib.sha256(json.dumps(sizes).encode()).hexdigest()[:16], "n_linear": len(sizes),
         "dtype": str(dtype).removeprefix("torch."), "threads": threads, "device": str(device),
     }
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The CPU's model name (part of every calibration cache key)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):

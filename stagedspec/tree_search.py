@@ -35,7 +35,6 @@ import hashlib
 import json
 import logging
 import os
-import platform
 import random
 import time
 from dataclasses import asdict, dataclass, field
@@ -45,7 +44,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .kernels import HF_PLAN, KernelPlan
+from .kernels import HF_PLAN, KernelPlan, cpu_name
 from .sampling import SamplingConfig, probabilities
 from .tree import AutoShape, DraftTree, StaticShape, TreeShape, chain, widths_to_paths
 
@@ -580,16 +579,6 @@ def _rank_traces(drafter, target_model, prompts, texts, width: int, sampling, pl
 
 
 # --------------------------------------------------------------------------- the resolver
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
-
-
 class AutoTree:
     """Turns a level's ``tree=auto`` into a path list at ``setup`` (once per sampling rule
     and kernel plan; measurements cached on disk when ``hierarchy_key`` is given)."""
@@ -613,7 +602,7 @@ class AutoTree:
             "top_p": sampling.top_p, "widths": list(a.widths), "prompts": a.prompts, "source": a.source,
             "tokens": a.tokens,
             "max_positions": a.max_nodes + 1, "repeats": a.repeats, "torch": torch.__version__,
-            "processor": _cpu_name(), "cores": os.cpu_count(),
+            "processor": cpu_name(), "cores": os.cpu_count(),
         }
 
     def _file(self, key: dict) -> Path | None:
