@@ -11,7 +11,9 @@ On the embedded SmolLM2-135M, one dtype, one thread count, the same prompts:
   of assistant tokens and confidence threshold used are read from the assistant's
   generation config and printed), HF prompt lookup (``prompt_lookup_num_tokens``) and HF
   early-exit assisted generation (``assistant_early_exit``);
-- ours: plain decoding (``ar``), the feature draft as a chain of ``--k`` (``feature>target``)
+- ours: plain decoding (``ar``), the cheapest chains of ``--lower-k`` tokens
+  (``lookup>target``: prompt lookup; ``ngram>target``: the n-gram over the shipped answer
+  counts), the feature draft as a chain of ``--k`` (``feature>target``)
   and as a ``--tree`` (``feature-tree>target``), and the staged ``ngram>layers>target``
   (the feature draft takes no lower level, so there is no ``ngram>feature``); ours also at
   every ``--batch-sizes`` (B prompts decoded together; tokens/s = new tokens / wall time).
@@ -433,7 +435,7 @@ def parse_args(argv=None):
     ap.add_argument("--batch-sizes", default="1,2,4,8", help="our methods' batch sizes (HF's: 1)")
     ap.add_argument("--temperature", type=float, default=0.0, help="> 0: every method samples")
     ap.add_argument("--k", type=int, default=4, help="draft length of the chains")
-    ap.add_argument("--lower-k", type=int, default=2, help="draft length of the n-gram level of the staged method")
+    ap.add_argument("--lower-k", type=int, default=2, help="draft length of the lookup and n-gram chains and of the staged method's n-gram level")
     ap.add_argument("--tree", default='{"widths": [2, 2, 1, 1]}', help="the feature tree; '' for none")
     ap.add_argument("--drafts", default=None, help="folder with feature/layers/ngram .safetensors "
                     "(default: the files shipped for the embedded target)")
