@@ -147,8 +147,9 @@ class SpeculativeDecoder:
                     tree_nodes=len(tree), padding_positions=n_max - widths[row],
                 )
                 if draft_name is not None:
-                    stats.drafted[draft_name] = stats.drafted.get(draft_name, 0) + len(tree)
-                    stats.accepted[draft_name] = stats.accepted.get(draft_name, 0) + len(path)
+                    owner = tree.owner or draft_name
+                    stats.drafted[owner] = stats.drafted.get(owner, 0) + len(tree)
+                    stats.accepted[owner] = stats.accepted.get(owner, 0) + len(path)
                 results[i].record(stats)
                 if eos_at is not None:
                     results[i].finished_reason = "eos"

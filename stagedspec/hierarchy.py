@@ -141,6 +141,31 @@ class PromptLookupLevel:
 
 
 @dataclass
+class BypassLevel:
+    """Long verbatim matches straight to the level above, the rest to the levels below
+    (``drafters/bypass.py``): offers up to ``k`` tokens that followed the longest earlier
+    occurrence of the context's suffix when that match is at least ``min_match`` tokens
+    long, and passes the round down otherwise."""
+
+    k: int = 24
+    min_match: int = 8
+    max_match: int = 32
+    name: str = "copy"
+
+    def validate(self) -> None:
+        _check_k(self.name, self.k)
+        if not (isinstance(self.min_match, int) and isinstance(self.max_match, int)
+                and 1 <= self.min_match <= self.max_match):
+            raise ValueError(f"level {self.name!r}: need 1 <= min_match <= max_match, got min_match="
+                             f"{self.min_match!r}, max_match={self.max_match!r}")
+
+    def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
+        from .drafters.bypass import BypassDrafter
+
+        return BypassDrafter(lower, k=self.k, min_match=self.min_match, max_match=self.max_match, name=self.name)
+
+
+@dataclass
 class ModelLevel(_TreeLevel):
     """A small causal LM sharing the target's tokenizer; with a lower level below it, it
     drafts by speculative decoding of that level (Staged SD's "draft of the draft")."""
@@ -218,7 +243,7 @@ class TrainedLevel(_TreeLevel):
         return ModelDrafter(draft, k=self.k, lower=lower, tree=self.shape, name=self.name)
 
 
-LEVEL_TYPES = (NgramLevel, PromptLookupLevel, ModelLevel, TrainedLevel)
+LEVEL_TYPES = (NgramLevel, PromptLookupLevel, BypassLevel, ModelLevel, TrainedLevel)
 
 
 def validate_levels(levels: list[Any]) -> None:

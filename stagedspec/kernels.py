@@ -52,6 +52,8 @@ log = logging.getLogger(__name__)
 ATTN_NAME = "stagedspec_sdpa"
 PATH_LINEAR = "linear"  # F.linear: what nn.Linear and Hugging Face compute
 PATH_MKLDNN = "mkldnn"  # oneDNN with the weight reordered once (any row count)
+PATH_WXT = "wxt"  # (W @ x.T).T: the other operand order, which MKL runs as a different GEMM (any dtype;
+                  # in bfloat16 on CPUs without AVX-512, where oneDNN has no bfloat16 path, the only other choice)
 MKL_ROWS = (4, 8, 16)  # MKL sgemm with the weight packed for exactly b rows ("mkl4", ...)
 MAX_ROWS = 16  # row counts the calibration covers; more rows (prefill) take F.linear
 
@@ -127,6 +129,11 @@ def _apply(module: nn.Linear, path: str, x: torch.Tensor) -> torch.Tensor:
     """``x @ W.T + b`` through one path (x: [..., in])."""
     if path == PATH_LINEAR:
         return F.linear(x, module.weight, module.bias)
+    if path == PATH_WXT:
+        y = (module.weight @ x.reshape(-1, x.shape[-1]).T).T
+        if module.bias is not None:
+            y = y + module.bias
+        return y.reshape(*x.shape[:-1], y.shape[-1])
     packs = module._stagedspec_packs
     if path not in packs:
         # packing happens once per module and path, at the first call (warm-up or calibration)
@@ -154,7 +161,7 @@ def available_paths(dtype: torch.dtype, device: torch.device) -> list[str]:
     """GEMM paths that run here for this dtype (MKL's packed sgemm is float32 only)."""
     if device.type != "cpu":
         return [PATH_LINEAR]
-    out = [PATH_LINEAR]
+    out = [PATH_LINEAR, PATH_WXT]
     probe = nn.Linear(8, 4, bias=False).to(dtype)
     probe._stagedspec_packs = {}
     x = torch.randn(2, 8, dtype=dtype)
@@ -413,11 +420,11 @@ def calibrate(
     paths = available_paths(p.dtype, p.device)
     mods = _gemm_modules(model)
     times: dict[str, dict[str, float]] = {}
-    for m in range(1, max_rows + 1):
+    for m in range(1, max_rows + 1) if len(paths) > 1 else ():  # one path: nothing to choose, nothing to time
         xs = [torch.randn(m, mod.in_features, dtype=p.dtype, device=p.device) for mod in mods]
         cands = [q for q in paths if not q.startswith("mkl") or q == PATH_MKLDNN or m <= int(q[3:]) < 2 * m]
         times[str(m)] = {q: _time_pass(mods, xs, q, reps) for q in cands}
-    linear = _choose(times, max_packs)
+    linear = _choose(times, max_packs) if times else [PATH_LINEAR] * max_rows
     for mod in mods:  # drop the packs the plan does not use
         for q in list(mod._stagedspec_packs):
             if q not in linear:
@@ -440,13 +447,14 @@ def _choose(times: dict[str, dict[str, float]], max_packs: int) -> list[str]:
     """Fastest path per row count, using at most ``max_packs`` distinct prepacked paths:
     packs are added greedily by the total time they save over the best choice without them."""
     rows = sorted(times, key=int)
-    allowed = {PATH_LINEAR}
-    packs = {q for r in rows for q in times[r] if q != PATH_LINEAR}
+    free = {PATH_LINEAR, PATH_WXT}  # no prepacked copy of the weights
+    allowed = {q for r in rows for q in times[r] if q in free}
+    packs = {q for r in rows for q in times[r] if q not in free}
 
     def total(allow: set[str]) -> float:
         return sum(min(t for q, t in times[r].items() if q in allow) for r in rows)
 
-    while len(allowed) - 1 < max_packs and packs - allowed:
+    while len(allowed - free) < max_packs and packs - allowed:
         best = min(sorted(packs - allowed), key=lambda q: total(allowed | {q}))  # ties: name order
         if total(allowed | {best}) >= total(allowed) * 0.99:  # under 1% gain: not worth the memory
             break

