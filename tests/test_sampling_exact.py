@@ -27,7 +27,7 @@ import torch
 
 from stagedspec import decoding, verification
 from stagedspec.decoding import SpeculativeDecoder
-from stagedspec.drafters import KatzNgramDrafter, ModelDrafter, PromptLookupDrafter
+from stagedspec.drafters import BypassDrafter, KatzNgramDrafter, ModelDrafter, PromptLookupDrafter
 from stagedspec.drafters import model as model_drafter
 from stagedspec.models import truncated_copy
 from stagedspec.sampling import SamplingConfig, probabilities
@@ -153,6 +153,12 @@ def _staged_tree():
                         lower=ModelDrafter(_lower_model(), k=2, name="inner"))
 
 
+def _bypass():
+    """Rows whose suffix repeats an earlier pair (the prompt has "5 2" twice) take a copy of
+    up to 3 tokens; the others a staged draft: a batch mixes both every round."""
+    return BypassDrafter(_staged(), k=3, min_match=2)
+
+
 def _ngram():
     return KatzNgramDrafter(V, k=2, order=2)
 
@@ -183,6 +189,8 @@ CASES = {
     "tree221-t0.8-topp": (_model_tree_221, SamplingConfig(temperature=0.8, top_p=0.95, seed=6)),
     "dynamic-t0.7-topk": (_dynamic, SamplingConfig(temperature=0.7, top_k=5, seed=7)),
     "staged-t0.7-topk-topp": (_staged, T07),
+    "bypass-staged": (_bypass, T1),
+    "bypass-staged-t0.7-topk-topp": (_bypass, T07),
 }
 
 

@@ -1,7 +1,8 @@
 """Draft levels. Every level implements ``Drafter`` (see ``base.py``)."""
 
 from .base import Drafter
+from .bypass import BypassDrafter
 from .model import ModelDrafter
 from .ngram import KatzNgramDrafter, PromptLookupDrafter
 
-__all__ = ["Drafter", "KatzNgramDrafter", "ModelDrafter", "PromptLookupDrafter"]
+__all__ = ["BypassDrafter", "Drafter", "KatzNgramDrafter", "ModelDrafter", "PromptLookupDrafter"]
