@@ -112,6 +112,27 @@ def best_table(runs: pd.DataFrame) -> pd.DataFrame:
     })
 
 
+def paper_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """The Staged SD paper's table (Spector & Ré 2023, Table 1): one row per decoding rule
+    (greedy, sampled at T), one column per method: tokens/s, and in brackets the speedup
+    over plain decoding measured in the same job [95% CI]. "plain" is the mean of the
+    jobs' own interleaved baselines at that temperature."""
+    d = configs(runs)
+    if d.empty or "temperature" not in d:
+        return pd.DataFrame()
+    rows = []
+    for temp, g in d.sort_values("temperature").groupby("temperature", sort=True):
+        row = {"decoding": "greedy" if temp == 0 else f"sampled, T = {temp:g}"}
+        ar = [metric(r, "ar_tokens_per_s") for r in g.to_dict("records")]
+        ar = [a for a in ar if not pd.isna(a)]
+        row["plain (tokens/s)"] = f"{sum(ar) / len(ar):.2f}" if ar else "–"
+        for r in sorted(g.to_dict("records"), key=lambda r: (str(r["method"]).count(">"), str(r["method"]))):
+            speed = with_interval(metric(r, "speedup"), metric(r, "speedup_ci_low"), metric(r, "speedup_ci_high"))
+            row[str(r["method"])] = f"{metric(r, 'tokens_per_s'):.2f} ({speed}×)"
+        rows.append(row)
+    return pd.DataFrame(rows).fillna("–")
+
+
 def runs_table(runs: pd.DataFrame) -> pd.DataFrame:
     d = configs(runs).sort_values(["method", "draft_k", "temperature", "batch_size"])
     rows = [{
@@ -191,6 +212,17 @@ def _markdown(experiment, tracking_uri, parent, runs, plotted, skipped) -> str:
         f"- Tracking URI: `{tracking_uri}`",
         f"- Child runs: {len(runs)} ({status_text})",
         f"- Built: {when} by `python -m analysis.report`",
+        "",
+        "## Tokens per second by method (the Staged SD paper's table)",
+        "",
+    ]
+    paper = paper_table(runs)
+    out.append(markdown_table(paper) if not paper.empty else "_No run logged tokens per second._")
+    out += [
+        "",
+        "Each cell: tokens/s of the method (speedup over plain decoding timed in the same job, interleaved per "
+        "batch [95% CI]). Methods name their levels, lowest first: `ngram>small>copy>target` is the staged "
+        "default, `small>target` standard speculative decoding, `copy>target` prompt lookup.",
         "",
         "## Best configuration per category (by speedup)",
         "",

@@ -186,13 +186,13 @@ def load_model(spec: ModelSpec) -> LoadedModel:
         model = _from_pretrained(path, spec, dtype)
         tokenizer = _load_tokenizer_if_any(path)
         name = path.name
-    elif spec.source == "embedded":
+    elif spec.source == "embedded" and len(packaged(spec.embedded).chunks) > 1:
         pm = packaged(spec.embedded)
         model, tokenizer, cache_path, cache_hit = _load_gguf_cached(
             lambda work: gguf_file(pm.name, work), pm.gguf_name, pm.size, spec, dtype)
         name = pm.gguf_name.removesuffix(".gguf")
-    else:  # gguf
-        gguf = Path(spec.path).expanduser().resolve()
+    else:  # a GGUF file: given, or shipped whole in a package
+        gguf = embedded_gguf_path(spec.embedded) if spec.source == "embedded" else Path(spec.path).expanduser().resolve()
         model, tokenizer, cache_path, cache_hit = _load_gguf_cached(
             lambda work: (gguf, False), gguf.name, gguf.stat().st_size, spec, dtype)
         name = gguf.name.removesuffix(".gguf")

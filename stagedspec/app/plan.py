@@ -31,6 +31,7 @@ CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 LEVEL_TARGETS = (
     "stagedspec.hierarchy.NgramLevel",
     "stagedspec.hierarchy.PromptLookupLevel",
+    "stagedspec.hierarchy.BypassLevel",
     "stagedspec.hierarchy.ModelLevel",
     "stagedspec.hierarchy.TrainedLevel",
 )
