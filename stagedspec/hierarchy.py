@@ -151,6 +151,7 @@ class BypassLevel:
     min_match: int = 8
     max_match: int = 32
     name: str = "copy"
+    routes = True  # a router: the level below it still drafts for the target (takes `tree`)
 
     def validate(self) -> None:
         _check_k(self.name, self.k)
@@ -246,6 +247,16 @@ class TrainedLevel(_TreeLevel):
 LEVEL_TYPES = (NgramLevel, PromptLookupLevel, BypassLevel, ModelLevel, TrainedLevel)
 
 
+def target_facing(levels: list[Any]) -> int:
+    """Index of the level whose drafts reach the target: the highest one that is not a router
+    (a bypass level above it only adds copies of its own and passes every other round down).
+    -1 when there is none."""
+    i = len(levels) - 1
+    while i >= 0 and getattr(levels[i], "routes", False):
+        i -= 1
+    return i
+
+
 def validate_levels(levels: list[Any]) -> None:
     names = [getattr(lv, "name", None) for lv in levels]
     if len(set(names)) != len(names):
@@ -266,10 +277,15 @@ def validate_levels(levels: list[Any]) -> None:
                              f"{lower.name!r} below it (drop it: levels.{lower.name}=null)")
         # a level drafting through a lower one offers a tree too: the lower stage draws its
         # rank-0 chain, the level adds its own ranked alternatives (drafters/model.py)
-    for lv in levels[:-1]:
-        if isinstance(getattr(lv, "shape", None), AutoShape):
+    top = target_facing(levels)
+    for i, lv in enumerate(levels):
+        if isinstance(getattr(lv, "shape", None), AutoShape) and (i != top or top != len(levels) - 1):
+            if i == top:
+                raise ValueError(f"level {lv.name!r}: tree=auto calibrates the level drafting for the target "
+                                 f"alone; with the bypass level {levels[-1].name!r} above it, use a fixed tree "
+                                 f"(tree=specinfer_221, ...) or drop it (levels.{levels[-1].name}=null)")
             raise ValueError(f"level {lv.name!r}: tree=auto is measured against the target, so only the level "
-                             f"drafting for the target (the highest stage, here {levels[-1].name!r}) can take it")
+                             f"drafting for the target (the highest stage, here {levels[top].name!r}) can take it")
 
 
 def build_hierarchy(

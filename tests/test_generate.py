@@ -11,7 +11,7 @@ from stagedspec.app.plan import CONF_DIR, ConfigError
 
 def _cfg(*overrides):
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name="generate", overrides=["target=tiny", "max_new_tokens=16", *overrides])
+        return compose(config_name="generate", overrides=["experiment=tiny", "max_new_tokens=16", *overrides])
 
 
 def test_generate_one_prompt_equals_plain_decoding():

@@ -258,6 +258,6 @@ def test_repeats_is_checked_before_any_model_loads(bad, tmp_path):
     from stagedspec.app.plan import CONF_DIR, ConfigError, validate_cfg
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        assert validate_cfg(compose("config", overrides=["target=tiny", "repeats=3"]), with_data=False).repeats == 3
+        assert validate_cfg(compose("config", overrides=["experiment=tiny", "repeats=3"]), with_data=False).repeats == 3
         with pytest.raises(ConfigError, match=r"repeats must be an integer >= 1, got"):
-            validate_cfg(compose("config", overrides=["target=tiny", f"repeats={bad}"]), with_data=False)
+            validate_cfg(compose("config", overrides=["experiment=tiny", f"repeats={bad}"]), with_data=False)

@@ -19,7 +19,7 @@ from stagedspec.app.tracking import HEADLINE, Tracker, context_tags, headline_vi
 @pytest.fixture(scope="module")
 def cfg():
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        yield compose("config", overrides=["experiment=default", "levels.small=null", "levels.ngram.k=2"])
+        yield compose("config", overrides=["stack=smollm2", "data.per_category=1", "data.max_turns=1", "levels.small=null", "levels.ngram.k=2"])
 
 
 def test_job_params_hold_each_setting_once(cfg):

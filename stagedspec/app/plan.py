@@ -229,15 +229,19 @@ def tree_setting(cfg: DictConfig) -> Any:
 def levels_from_cfg(cfg: DictConfig) -> list[Any]:
     """Level objects, lowest first (see ``level_slots``), not yet validated or built.
 
-    The top-level ``tree`` shape goes to the last level (the one that drafts for the
-    target); lower levels take a shape only from their own ``tree`` key.
+    The top-level ``tree`` shape goes to the level that drafts for the target (the last one,
+    or the one under a bypass level: ``hierarchy.target_facing``); other levels take a shape
+    only from their own ``tree`` key.
     """
     levels = [instantiate(level_dict(s, d), f"levels.{s}") for s, d in level_slots(cfg)]
     shape = tree_setting(cfg)
     if shape is not None:
         if not levels:
             raise ConfigError(f"tree: shape {shape!r} needs at least one draft level (all levels are off)")
-        top = levels[-1]
+        from ..hierarchy import target_facing
+
+        i = target_facing(levels)
+        top = levels[i] if i >= 0 else levels[-1]
         if not hasattr(top, "tree"):
             raise ConfigError(
                 f"tree: level {top.name!r} ({type(top).__name__}) drafts chains only; use tree=chain "
@@ -248,7 +252,7 @@ def levels_from_cfg(cfg: DictConfig) -> list[Any]:
                 f"tree: set the top level's tree either with `tree` or in the level ({top.name!r} has "
                 f"tree={top.tree!r}), not both"
             )
-        levels[-1] = dataclasses.replace(top, tree=shape)  # a new object: no stale parsed ``shape``
+        levels[i] = dataclasses.replace(top, tree=shape)  # a new object: no stale parsed ``shape``
     return levels
 
 
@@ -300,8 +304,12 @@ class JobPlan:
 
     @property
     def tree(self) -> str:
-        """The top level's tree shape as text ("chain" for a chain)."""
-        shape = getattr(self.levels[-1], "shape", None) if self.levels else None
+        """The tree shape sent to the target as text ("chain" for a chain): the shape of the
+        level drafting for the target (under a bypass level, the one it passes rounds to)."""
+        from ..hierarchy import target_facing
+
+        i = target_facing(self.levels) if self.levels else -1
+        shape = getattr(self.levels[i], "shape", None) if i >= 0 else None
         return "chain" if shape is None else str(shape)
 
     @property
