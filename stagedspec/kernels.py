@@ -215,24 +215,63 @@ def _register_attention() -> None:
 
 
 # --------------------------------------------------------------------------- lean layers
+_TF = "transformers.models."
+LEAN_CLASSES: dict[str, tuple[str, str, str]] = {
+    _TF + "llama.modeling_llama.LlamaDecoderLayer": (
+        _TF + "llama.modeling_llama.LlamaAttention", _TF + "llama.modeling_llama.LlamaMLP",
+        _TF + "llama.modeling_llama.LlamaRMSNorm"),
+    # Llama with biases on q/k/v (the fused GEMM carries them) and optional sliding-window
+    # layers (refused per layer below: the lean attention has no window)
+    _TF + "qwen2.modeling_qwen2.Qwen2DecoderLayer": (
+        _TF + "qwen2.modeling_qwen2.Qwen2Attention", _TF + "qwen2.modeling_qwen2.Qwen2MLP",
+        _TF + "qwen2.modeling_qwen2.Qwen2RMSNorm"),
+}
+"""Decoder-layer classes whose mathematics ``_lean_layer_forward`` reproduces, with the
+attention, MLP and norm classes each is built from. By class, not by submodule names:
+Granite's layer has exactly Llama's submodules but scales each residual branch
+(``residual_multiplier``), SmolLM3's skips RoPE on some layers; names alone let both
+through and their logits changed."""
+
+_CONFIG_EXTRAS = ("residual_multiplier", "attention_multiplier", "embedding_multiplier", "no_rope_layers",
+                  "no_rope_layer_interval", "use_qk_norm", "qk_layernorm", "attn_logit_softcapping")
+"""Config fields of families whose layers do more than Llama's; a whitelisted layer under
+a config that has one (a converted or hand-edited config) is left on Hugging Face's path."""
+
 _LAYER_PARTS = {"self_attn", "mlp", "input_layernorm", "post_attention_layernorm"}
 _ATTN_PARTS = {"q_proj", "k_proj", "v_proj", "o_proj"}
-_MLP_PARTS = {"gate_proj", "up_proj", "down_proj"}
+_MLP_PARTS = {"gate_proj", "up_proj", "down_proj", "act_fn"}
+
+
+def _qualname(obj: object) -> str:
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
 
 
 def _is_llama_layer(layer: nn.Module) -> bool:
-    """Exactly the Llama layout: pre-norm attention and gated MLP, RMS norms, no extras
-    (q/k norms, sliding windows, biases on norms) that the lean forward would skip."""
-    kids = {n for n, _ in layer.named_children()}
-    if kids != _LAYER_PARTS:
+    """A whitelisted decoder layer (``LEAN_CLASSES``) built from its own classes, with
+    exactly Llama's parts (pre-norm attention, gated MLP, RMS norms), fusable biases (all
+    of q/k/v, and gate/up, with or without), full attention and no config extras."""
+    parts = LEAN_CLASSES.get(_qualname(layer))
+    if parts is None or {n for n, _ in layer.named_children()} != _LAYER_PARTS:
         return False
     attn, mlp = layer.self_attn, layer.mlp
+    if (_qualname(attn), _qualname(mlp)) != parts[:2] or any(
+            _qualname(getattr(layer, n)) != parts[2] for n in ("input_layernorm", "post_attention_layernorm")):
+        return False
+    if ({n for n, _ in attn.named_children()} != _ATTN_PARTS
+            or {n for n, _ in mlp.named_children()} != _MLP_PARTS):
+        return False
+    if (len({attn.q_proj.bias is None, attn.k_proj.bias is None, attn.v_proj.bias is None}) != 1
+            or (mlp.gate_proj.bias is None) != (mlp.up_proj.bias is None)):
+        return False
+    cfg = getattr(attn, "config", None)
+    layer_types = getattr(cfg, "layer_types", None)
+    idx = getattr(attn, "layer_idx", None)
     return (
-        {n for n, _ in attn.named_children()} == _ATTN_PARTS
-        and {n for n, _ in mlp.named_children()} <= _MLP_PARTS | {"act_fn"}
+        getattr(attn, "sliding_window", None) is None
+        and (layer_types is None or idx is None or layer_types[idx] == "full_attention")
+        and all(getattr(cfg, x, None) in (None, False) for x in _CONFIG_EXTRAS)
         and all(hasattr(getattr(layer, n), "variance_epsilon") for n in ("input_layernorm", "post_attention_layernorm"))
-        and getattr(attn, "sliding_window", None) is None
-        and hasattr(attn, "head_dim") and hasattr(attn, "scaling") and hasattr(mlp, "act_fn")
+        and hasattr(attn, "head_dim") and hasattr(attn, "scaling")
     )
 
 
@@ -241,7 +280,8 @@ def _fuse(parts: list[nn.Linear]) -> nn.Linear:
     the fused weight, so nothing is stored twice and their own forwards are unchanged."""
     w = torch.cat([p.weight.detach() for p in parts])
     has_bias = parts[0].bias is not None
-    fused = nn.Linear(w.shape[1], w.shape[0], bias=has_bias, device=w.device, dtype=w.dtype)
+    # skip_init: no random initialisation, so fusing leaves the global RNG stream alone
+    fused = nn.utils.skip_init(nn.Linear, w.shape[1], w.shape[0], bias=has_bias, device=w.device, dtype=w.dtype)
     fused.requires_grad_(False)
     fused.weight.data = w
     if has_bias:
@@ -341,8 +381,77 @@ def install(model: nn.Module) -> nn.Module:
         if hasattr(mod, "set_attn_implementation") and getattr(mod.config, "_attn_implementation", None) == "sdpa":
             _register_attention()
             mod.set_attn_implementation(ATTN_NAME)
+    check_lean_layers(model)
     model._stagedspec_kernels = True
     return model
+
+
+LEAN_CHECK_PLAN = KernelPlan(name="lean-check", lean_layers=True, gqa_packing=True)
+"""What ``check_lean_layers`` compares with Hugging Face's path: the lean layers and the
+packed attention (the code that replaces HF's modules), every GEMM through ``F.linear``
+(the GEMM paths compute the same products, and are chosen per machine later)."""
+
+LEAN_CHECK_RTOL = {torch.float32: 1e-4, torch.float64: 1e-4, torch.bfloat16: 4e-2, torch.float16: 4e-2}
+"""Largest accepted ||logits - HF logits|| / ||HF logits|| (all positions, whole vocabulary).
+Measured on 8 tokens: float32, SmolLM2 3e-7 (the fused GEMMs and ``F.rms_norm`` sum in
+another order); bfloat16, 1.1e-2 (SmolLM2), 1.8e-2 (Qwen2.5-Coder 0.5B), 1.5e-2 (1.5B),
+where HF's own path fed as 1 + 7 instead of 5 + 3 tokens already moves 0.7-1.3e-2. Two
+broken forwards on the same models: no RoPE on every 4th layer 6.9-8.8e-2, the attention
+branch scaled by 0.9 6.5-7.8e-2 (float32 and bfloat16 alike). So float32 is checked
+tightly, half types between their rounding and those faults; a fault that moves the
+logits by less than ~5% passes a half-precision check, which is why the class whitelist
+comes first."""
+
+
+def _check_logits(model: nn.Module, ids: torch.Tensor, split: int) -> torch.Tensor:
+    """Logits at every position of ``ids``, fed as a prefill of ``split`` tokens and then
+    the rest through the cache (the two ways the engine calls a layer)."""
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=decoder.config)  # filled in place
+    out: list[torch.Tensor] = []
+    for part in (ids[:, :split], ids[:, split:]):
+        h = decoder(input_ids=part, cache=cache, use_cache=True).last_hidden_state
+        out.append(h if head is None else head(h))
+    return torch.cat(out, 1).float()
+
+
+def check_lean_layers(model: nn.Module, tokens: int = 8) -> None:
+    """Once per model: ``tokens`` tokens through the lean layers and through Hugging Face's
+    path must give the same logits up to kernel rounding (``LEAN_CHECK_RTOL``). The class
+    whitelist says which layers the lean forward is written for; this proves it on the
+    loaded weights and config, so a family that passes the whitelist yet computes
+    something else (a new config field, a changed HF class) fails here, by name, and is
+    put back on HF's path instead of giving wrong logits silently."""
+    lean = [m for m in model.modules() if hasattr(m, "_stagedspec_forward")]
+    if not lean:
+        return
+    p = next(model.parameters())
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
+    vocab = decoder.get_input_embeddings().num_embeddings
+    ids = (torch.arange(tokens, device=p.device) * 37 + 11).remainder(vocab)[None]
+    classes = sorted({type(m).__name__ for m in lean})
+    with torch.no_grad():
+        with HF_PLAN.active():
+            ref = _check_logits(model, ids, tokens // 2 + 1)
+        try:
+            with LEAN_CHECK_PLAN.active():
+                got = _check_logits(model, ids, tokens // 2 + 1)
+            err = float((got - ref).norm() / ref.norm().clamp_min(1e-30))
+        except Exception as e:  # noqa: BLE001 -- any failure of the lean forward is a refusal
+            err, why = float("inf"), f"{type(e).__name__}: {e}"
+        else:
+            why = f"||logits - HF|| / ||HF logits|| = {err:.2e}"
+    rtol = LEAN_CHECK_RTOL.get(p.dtype, 3e-2)
+    if not err <= rtol:
+        for m in lean:  # back to Hugging Face's forward: the model stays usable through HF_PLAN
+            m.forward = m._stagedspec_forward
+            del m._stagedspec_forward
+        raise ValueError(f"the lean layer forward does not reproduce {', '.join(classes)} ({why}, allowed "
+                         f"{rtol:g} in {str(p.dtype).removeprefix('torch.')}); run this model with kernels=hf")
+    log.debug("lean layers checked against HF on %d tokens (%s): %s", tokens, ", ".join(classes), why)
 
 
 # --------------------------------------------------------------------------- calibration
