@@ -514,12 +514,15 @@ def calibrate(
     """Time each available GEMM path for 1..max_rows rows over all of ``model``'s Linear
     weights; keep the fastest per row count using at most ``max_packs`` prepacked copies
     of the weights (each costs the model's Linear weights in memory again). Cached in
-    ``cache_dir`` (default ~/.cache/stagedspec/kernels) by machine, model, dtype and threads."""
+    ``cache_dir``/kernels (default $STAGEDSPEC_CACHE, else ~/.cache/stagedspec) by machine,
+    model, dtype and threads, and by every argument that changes the result (``max_rows``,
+    ``max_packs``, ``reps``, ``name``): a quick calibration (``reps=1``) never stands in
+    for a full one."""
     install(model)
     p = next(model.parameters())
     key = calibration_key(model, p.dtype, torch.get_num_threads(), p.device)
-    digest = hashlib.sha256(json.dumps({**key, "max_rows": max_rows, "max_packs": max_packs}, sort_keys=True)
-                            .encode()).hexdigest()[:20]
+    args = {"max_rows": max_rows, "max_packs": max_packs, "reps": reps, "name": name}
+    digest = hashlib.sha256(json.dumps({**key, **args}, sort_keys=True).encode()).hexdigest()[:20]
     cache = Path(cache_dir or os.environ.get("STAGEDSPEC_CACHE") or "~/.cache/stagedspec").expanduser() / "kernels"
     f = cache / f"{digest}.json"
     if f.is_file():
@@ -541,7 +544,7 @@ def calibrate(
             if q not in linear:
                 del mod._stagedspec_packs[q]
     plan = KernelPlan(name=name, linear=tuple(linear), gqa_packing=True, slot_cache=True, lean_layers=True)
-    cal = Calibration(key=key, times_ms=times, plan={**asdict(plan), "linear": list(plan.linear)},
+    cal = Calibration(key={**key, **args}, times_ms=times, plan={**asdict(plan), "linear": list(plan.linear)},
                       seconds=time.perf_counter() - t0)
     try:
         cache.mkdir(parents=True, exist_ok=True)

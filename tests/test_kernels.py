@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -25,6 +27,18 @@ PATHS = available_paths(torch.float32, torch.device("cpu"))
 # every available path somewhere in 1..8 rows, so each one's dispatch code runs
 MIXED = KernelPlan(name="mixed", linear=tuple(PATHS[i % len(PATHS)] for i in range(8)), gqa_packing=True,
                    slot_cache=True, lean_layers=True)
+
+
+@pytest.fixture(autouse=True)
+def _home_cache_untouched(tmp_path_factory, monkeypatch):
+    """Every calibration here goes to a test's own directory: one in the default cache
+    (~/.cache/stagedspec/kernels) would replace this machine's production calibration
+    with a quick one. HOME points at an empty directory that must stay empty."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("STAGEDSPEC_CACHE", raising=False)
+    yield
+    assert not any(home.iterdir()), f"a test wrote under the home cache: {sorted(home.rglob('*'))}"
 
 
 def test_choose_takes_the_fastest_path_within_the_pack_budget():
@@ -62,6 +76,35 @@ def test_calibration_is_cached_per_machine_and_model(tmp_path):
     assert saved["key"]["threads"] == torch.get_num_threads() and saved["key"]["dtype"] == "float32"
     plan2, cal2 = calibrate(model, max_rows=4, reps=1, cache_dir=tmp_path)
     assert plan2 == plan and cal2.times_ms == cal.times_ms  # read back, not re-measured
+
+
+def test_calibrations_differing_only_in_reps_or_name_do_not_share_an_entry(tmp_path):
+    """A quick calibration (reps=1, as tests run it) must never be read back as a full
+    one, nor a plan cached under another name."""
+    model = tiny_target().model
+    calibrate(model, max_rows=2, reps=1, cache_dir=tmp_path)
+    _, full = calibrate(model, max_rows=2, reps=2, cache_dir=tmp_path)
+    plan, _ = calibrate(model, max_rows=2, reps=1, cache_dir=tmp_path, name="other")
+    saved = sorted(json.loads(f.read_text())["key"]["reps"] for f in (tmp_path / "kernels").glob("*.json"))
+    assert saved == [1, 1, 2] and full.key["reps"] == 2 and plan.name == "other"
+
+
+def test_default_cache_dir_is_under_home(tmp_path, monkeypatch):
+    """The autouse fixture's HOME is where the default cache goes (so its check means
+    something), and $STAGEDSPEC_CACHE moves it."""
+    import os
+
+    model = tiny_target().model
+    calibrate(model, max_rows=1, reps=1, cache_dir=tmp_path)  # warm: packs made
+    monkeypatch.setenv("STAGEDSPEC_CACHE", str(tmp_path / "env"))
+    calibrate(model, max_rows=1, reps=1)
+    assert len(list((tmp_path / "env" / "kernels").glob("*.json"))) == 1
+    monkeypatch.delenv("STAGEDSPEC_CACHE")
+    calibrate(model, max_rows=1, reps=1)
+    home = Path(os.environ["HOME"])
+    written = list((home / ".cache" / "stagedspec" / "kernels").glob("*.json"))
+    assert len(written) == 1
+    shutil.rmtree(home / ".cache")  # HOME empty again for the fixture's own check
 
 
 def test_install_leaves_hf_generate_bitwise_unchanged():
@@ -151,13 +194,13 @@ def test_greedy_walk_equals_the_point_mass_rule():
 
 
 @pytest.mark.slow
-def test_fast_plan_ar_and_speculation_agree_on_the_embedded_model(embedded_model):
+def test_fast_plan_ar_and_speculation_agree_on_the_embedded_model(embedded_model, tmp_path):
     """Through one calibrated plan, plain decoding and speculation give the same tokens
     on real prompts (they share every kernel choice per row count)."""
     from stagedspec.drafters import KatzNgramDrafter, PromptLookupDrafter
     from stagedspec.text import encode_prompt
 
-    plan, _ = calibrate(embedded_model.model, reps=1)
+    plan, _ = calibrate(embedded_model.model, reps=1, cache_dir=tmp_path)
     prompts = [encode_prompt(embedded_model.tokenizer, t) for t in (
         "Summarize: The cat sat on the mat because the mat was warm and the sun was out.",
         "Write a Python function that returns the n-th Fibonacci number.",
