@@ -266,20 +266,24 @@ def markdown(tables: dict[str, list[dict]], head: str = "") -> str:
 # ----------------------------------------------------------------- set-up and methods
 
 HASHED = ("data", "data_path", "prompts", "max_new_tokens", "threads", "device", "dtype", "temperature", "k", "tree",
-          "lower_k", "kernels", "assistant_schedule", "prompt_lookup", "early_exit")
+          "lower_k", "kernels", "assistant_schedule", "prompt_lookup", "early_exit", "target", "draft", "ours",
+          "assistant_tokens", "first_prompt")
 """The arguments that change the numbers: the measurements' key (with the draft files)."""
 
 
-def config_hash(args, files: dict[str, Path]) -> str:
+def config_hash(args, files: dict[str, Path], methods: list[str] | None = None) -> str:
     """The settings that change the numbers (not --repeats or --batch-sizes: more of
-    either resumes the same measurements), draft files by size and mtime."""
+    either resumes the same measurements), draft files by size and mtime, and the list of
+    methods: a run with a method added re-times every method, HF's included, so each ratio
+    comes from one interleaved run."""
     import torch
     import transformers
 
-    d = {k: getattr(args, k) for k in HASHED}
+    d = {k: getattr(args, k, None) for k in HASHED}
     d["files"] = {k: [str(p), p.stat().st_size, p.stat().st_mtime_ns] if p.is_file() else None
                   for k, p in files.items()}
     d["versions"] = [torch.__version__, transformers.__version__]
+    d["methods"] = sorted(methods or [])
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -349,6 +353,86 @@ def our_methods(target, files: dict[str, Path], k: int, tree: str | None, lower_
             layers, k=k, lower=KatzNgramDrafter(V, k=lower_k, base=base), name="layers")
     skipped["ngram>feature>target"] = "FeatureDrafter takes no lower= level (it drafts only from the target's features)"
     return made, skipped
+
+
+LEVEL_KINDS = ("lookup", "ngram", "small", "copy")
+
+
+def parse_ours(spec: str) -> dict[str, list[tuple[str, list[int]]]]:
+    """``--ours`` for a packaged pair: comma-separated hierarchies, each its levels lowest
+    first joined by '>', each level ``kind:k[:min_match]``: ``lookup:k`` prompt lookup,
+    ``ngram:k`` the Katz n-gram over the context, ``small:k`` the packaged draft model,
+    ``copy:k:min_match`` the bypass level; ``ar`` is plain decoding. Name -> levels."""
+    out = {}
+    for item in (x.strip() for x in spec.split(",")):
+        if not item:
+            continue
+        if item == "ar":
+            out["ar"] = []
+            continue
+        levels = []
+        for part in item.split(">"):
+            kind, *nums = part.split(":")
+            if kind not in LEVEL_KINDS or not nums or not all(n.isdigit() and int(n) > 0 for n in nums) \
+                    or len(nums) > (2 if kind == "copy" else 1):
+                raise SystemExit(f"--ours: bad level {part!r} in {item!r}; valid: ar, lookup:K, ngram:K, small:K, "
+                                 f"copy:K[:MIN_MATCH], joined by '>' lowest first (e.g. ngram:4>small:8>copy:24:8)")
+            levels.append((kind, [int(n) for n in nums]))
+        out[item] = levels
+    return out
+
+
+def pair_methods(target, small, spec: str) -> dict:
+    """name -> factory of a fresh drafter for a packaged target and draft model (``parse_ours``)."""
+    from stagedspec.drafters import BypassDrafter, KatzNgramDrafter, ModelDrafter, PromptLookupDrafter
+
+    V = target.vocab_size
+
+    def factory(levels):
+        def make():
+            d = None
+            for kind, nums in levels:
+                if kind == "lookup":
+                    d = PromptLookupDrafter(k=nums[0], name="lookup")
+                elif kind == "ngram":
+                    d = KatzNgramDrafter(V, k=nums[0], name="ngram")
+                elif kind == "small":
+                    d = ModelDrafter(small.model, k=nums[0], lower=d, name="small")
+                else:
+                    d = BypassDrafter(d, k=nums[0], min_match=nums[1] if len(nums) > 1 else 1, name="copy")
+            return d
+        return make
+
+    return {name: factory(levels) for name, levels in parse_ours(spec).items()}
+
+
+def pair_hf_methods(args, hf_model, hf_draft, eos) -> tuple[dict, dict, dict]:
+    """HF generate, assisted generation with the packaged draft (HF's schedule and a
+    constant one of ``--assistant-tokens``) and prompt lookup."""
+    import copy
+
+    T = args.temperature
+    made = {REFERENCE: hf_fn(hf_model, eos, T)}
+    skipped, info = {}, {}
+    gc = hf_draft.generation_config
+    gc.num_assistant_tokens_schedule = args.assistant_schedule
+    info["assistant"] = gc
+    candidates = {"hf_assisted": hf_fn(hf_model, eos, T, assistant_model=hf_draft)}
+    if args.assistant_tokens:
+        const = copy.copy(hf_draft)  # the same weights, its own generation config
+        const.generation_config = copy.deepcopy(gc)
+        const.generation_config.num_assistant_tokens_schedule = "constant"
+        const.generation_config.num_assistant_tokens = args.assistant_tokens
+        const.generation_config.assistant_confidence_threshold = 0.0
+        candidates[f"hf_assisted_const{args.assistant_tokens}"] = hf_fn(hf_model, eos, T, assistant_model=const)
+    candidates["hf_prompt_lookup"] = hf_fn(hf_model, eos, T, prompt_lookup_num_tokens=args.prompt_lookup)
+    for name, fn in candidates.items():
+        try:
+            fn([[1, 2, 3, 4]], 4)
+            made[name] = fn
+        except Exception as e:
+            skipped[name] = f"transformers refused: {type(e).__name__}: {e}"
+    return made, skipped, info
 
 
 def hf_methods(args, hf_model, target_name: str, files: dict[str, Path], eos) -> tuple[dict, dict, dict]:
@@ -449,6 +533,16 @@ def parse_args(argv=None):
                     help="MLflow URI (default sqlite:///<cwd>/mlflow.db as conf/tracking/sqlite.yaml; 'none': off)")
     ap.add_argument("--max-measurements", type=int, default=None, help="stop after this many new measurements")
     ap.add_argument("--no-figure", action="store_true")
+    ap.add_argument("--target", default="smollm2-135m", help="packaged target (stagedspec/packaged.py)")
+    ap.add_argument("--draft", default=None, help="packaged draft model for HF assisted generation and our "
+                    "'small' level (e.g. qwen2.5-coder-0.5b); with it, --ours names our methods")
+    ap.add_argument("--ours", default="ar,copy:10:1,small:8,ngram:4>small:8>copy:24:8",
+                    help="with --draft: our hierarchies (see parse_ours)")
+    ap.add_argument("--assistant-tokens", type=int, default=8, help="with --draft: HF assisted generation "
+                    "also with a constant schedule of this many tokens (0: not)")
+    ap.add_argument("--hf-methods", default="all", help="with --draft: which HF methods to time (comma list of "
+                    "hf, hf_assisted, hf_assisted_constN, hf_prompt_lookup; without 'hf' the ratios are to our 'ar')")
+    ap.add_argument("--first-prompt", type=int, default=0, help="skip this many prompts of the set first")
     return ap.parse_args(argv)
 
 
@@ -468,10 +562,10 @@ def main(argv=None) -> None:
     files = draft_files(args.drafts)
     batch_sizes = [int(b) for b in args.batch_sizes.split(",") if b.strip()]
     greedy = args.temperature == 0
-    spec = ModelSpec(source="embedded", dtype=args.dtype, device=args.device)
+    spec = ModelSpec(source="embedded", embedded=args.target, dtype=args.dtype, device=args.device)
     target = load_model(spec)
     hf_model = load_model(spec).model  # untouched: HF's own kernels
-    qs = pick_prompts(load_prompt_set(args.data, path=args.data_path), args.prompts)
+    qs = pick_prompts(load_prompt_set(args.data, path=args.data_path)[args.first_prompt:], args.prompts)
     prompts = [encode_prompt(target.tokenizer, q.turns[:1]) for q in qs]
     cats = [q.category for q in qs]
     eos = eos_token_ids(target)
@@ -481,12 +575,22 @@ def main(argv=None) -> None:
     plan = kernel_plan(target, args.kernels)
     sampling = SamplingConfig(temperature=args.temperature, seed=0)
 
-    hf, skipped, info = hf_methods(args, hf_model, target.name, files, eos)
-    ours, skipped_ours = our_methods(target, files, args.k, args.tree or None, args.lower_k)
-    skipped.update(skipped_ours)
+    if args.draft:
+        dspec = ModelSpec(source="embedded", embedded=args.draft, dtype=args.dtype, device=args.device)
+        small, hf_draft = load_model(dspec), load_model(dspec).model  # ours, and HF's untouched
+        hf, skipped, info = pair_hf_methods(args, hf_model, hf_draft, eos)
+        if args.hf_methods != "all":
+            keep = {m.strip() for m in args.hf_methods.split(",")}
+            hf = {m: fn for m, fn in hf.items() if m in keep}
+        ours = pair_methods(target, small, args.ours)
+        files = {}
+    else:
+        hf, skipped, info = hf_methods(args, hf_model, target.name, files, eos)
+        ours, skipped_ours = our_methods(target, files, args.k, args.tree or None, args.lower_k)
+        skipped.update(skipped_ours)
     methods = {**hf, **{m: ours_fn(target, make, sampling, eos, plan) for m, make in ours.items()}}
     batches = {m: ([1] if m in hf else batch_sizes) for m in methods}
-    chash = config_hash(args, files)
+    chash = config_hash(args, files, list(methods))
     assist = assistant_settings(info["assistant"]) if "assistant" in info else None
     print(f"{len(prompts)} {args.data} prompts x {args.max_new_tokens} tokens, T={args.temperature}, {args.dtype}, "
           f"{args.threads} threads, kernel plan {plan.describe()}, config {chash}")
@@ -502,12 +606,12 @@ def main(argv=None) -> None:
     if assist:
         after = assistant_settings(info["assistant"])
         print(f"HF assistant (after the runs; 'heuristic' carries its count across calls): {after}")
-    tables = summarize(records, cats, greedy, floor)
+    tables = summarize(records, cats, greedy, floor, reference=REFERENCE if REFERENCE in methods else "ar")
     head = (f"## Peers: {args.data}, {len(prompts)} prompts x {args.max_new_tokens} new tokens, T={args.temperature:g}, "
             f"{args.dtype}, {args.threads} threads, {args.repeats} repeats\n\n"
             f"Physical limit: {wbytes / 1e6:.1f} MB weights / {bandwidth / 1e9:.2f} GB/s = "
             f"**{floor * 1e3:.2f} ms** per target call (column *floor s/call*).\n"
-            + (f"\nHF assisted (layers draft): schedule {assist['num_assistant_tokens_schedule']}, "
+            + (f"\nHF assisted ({args.draft or 'layers draft'}): schedule {assist['num_assistant_tokens_schedule']}, "
                f"{assist['num_assistant_tokens']} assistant tokens to start, confidence threshold "
                f"{assist['assistant_confidence_threshold']}.\n" if assist else "")
             + "".join(f"\nSkipped {m}: {why}" for m, why in skipped.items()))

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The default sweep (conf/experiment/default.yaml): draft length (levels.ngram.k = 1, 2,
-# 4, 8) x temperature (greedy, 0.7) for n-gram > SmolLM2-135M on the first turn of one
-# MT-bench question of each of its 8 categories (shipped offline by a package), each job
-# also running the autoregressive baseline; then the report.
+# The default sweep (conf/experiment/default.yaml): the staged hierarchy n-gram >
+# Qwen2.5-Coder-0.5B > bypass > Qwen2.5-Coder-1.5B against its two-level ablations
+# (0.5B > target, prompt lookup > target) x temperature (greedy, 0.7) on the first
+# HumanEval problems (shipped offline by a package), each job also running the plain
+# autoregressive baseline; then the report (MLflow experiment stagedspec-humaneval).
 #
 #   experiments/sweep_default.sh                      # results in ./mlflow.db, ./report/
 #   experiments/sweep_default.sh max_new_tokens=96    # any overrides
@@ -12,6 +13,6 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 python -m stagedspec.run -m experiment=default "$@"
-python -m analysis.report experiment=default tracking_uri="sqlite:///$repo/mlflow.db" out="$repo/report"
+python -m analysis.report experiment=stagedspec-humaneval tracking_uri="sqlite:///$repo/mlflow.db" out="$repo/report"
 echo "Report: $repo/report/report.md"
 echo "MLflow UI: mlflow ui --backend-store-uri sqlite:///$repo/mlflow.db   (then open http://127.0.0.1:5000)"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The project's main job: install if needed, run the default sweep on the embedded
-# SmolLM2-135M (logged to ./mlflow.db), and write the report to ./report/.
+# The project's main job: install if needed, run the default sweep on the packaged
+# Qwen2.5-Coder 1.5B / 0.5B pair (logged to ./mlflow.db), and write the report to ./report/.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck disable=SC1091
