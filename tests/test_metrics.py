@@ -248,7 +248,17 @@ def test_job_metrics_pool_repeats_and_carry_intervals():
     for cat in ("qa", "math"):
         assert m[f"speedup_ci_low/{cat}"] < m[f"speedup/{cat}"] < m[f"speedup_ci_high/{cat}"]
     assert m["timing_spread"] == pytest.approx((0.1 / 1.05 + 0.1 / 0.95) / 2)
-    assert "predicted_speedup" in m and "prediction_error" in m
+    # the cost model by hand: 4 batches of one row, each accepting 1 then 2 of a chain of 3
+    # before a rejection -> alpha_hat = 12 / 20 = 0.6; a round yields 1, 2, 3, 4 tokens with
+    # probability 0.4, 0.24, 0.144, 0.216: E = 2.176, E[X (X - 1)] = 0.48 + 0.864 + 2.592 =
+    # 3.936. A row's 5 tokens take 5 / E + 3.936 / (2 E^2) rounds of 0.1 s, no prefill; 4
+    # batches emit 20 tokens; the baseline makes 5 tokens/s, the method measured 2x.
+    E, second = 2.176, 3.936
+    wall = 4 * (5 / E + second / (2 * E * E)) * 0.1  # 1.0854 s
+    assert m["predicted_tokens_per_call"] == pytest.approx(E)
+    assert m["predicted_wall_s"] == pytest.approx(wall)
+    assert m["predicted_speedup"] == pytest.approx(20 / wall / 5.0)  # 3.685
+    assert m["prediction_error"] == pytest.approx(20 / wall / 5.0 / 2.0 - 1.0)  # its walls hold more than its rounds
 
 
 @pytest.mark.parametrize("bad", ["0", "-1", "1.5", "true", "x"])

@@ -158,6 +158,25 @@ def test_table_arithmetic_on_hand_made_numbers():
     assert "| x | 1 | 5.5 | 1.12 [" in md and "| 1/2 |" in md
 
 
+def test_speedup_is_the_geometric_mean_of_per_prompt_ratios():
+    """Two prompts, ours 2x and 8x HF's tokens/s: 4x (the arithmetic mean and the ratio
+    of pooled rates would say 5x); acceptance and tokens per call pool the records
+    (14 / 40 = 0.35, not the mean of 0.8 and 0.2)."""
+    def rec(method, prompt, tokens, seconds, **kw):
+        return {"config": "c", "method": method, "batch": 1, "group": prompt, "prompts": [prompt], "repeat": 0,
+                "tokens": tokens, "seconds": seconds, "outputs": [[1]], **kw}
+    records = [rec("hf", 0, 10, 1.0), rec("hf", 1, 10, 1.0),
+               rec("x", 0, 20, 1.0, rounds=10, drafted=10.0, accepted=8.0, target_calls=10, target_forward_time=0.5),
+               rec("x", 1, 80, 1.0, rounds=20, drafted=30.0, accepted=6.0, target_calls=20, target_forward_time=0.5)]
+    t = peers.summarize(records, ["a", "a"], greedy=True)
+    x = t["overall"][1]
+    assert x["method"] == "x" and x["speedup_vs_hf"] == pytest.approx(4.0)
+    assert x["ci"] == pytest.approx([2.0, 8.0])  # two prompts: the bootstrap's extremes are 2 and 8
+    assert x["acceptance"] == pytest.approx(14 / 40) and x["tokens_per_call"] == pytest.approx(100 / 30)
+    assert x["tokens_per_s"] == pytest.approx(50.0) and x["s_per_target_call"] == pytest.approx(1 / 30)
+    assert t["a"][1]["speedup_vs_hf"] == pytest.approx(4.0)
+
+
 def test_a_real_run_on_tiny_models(tmp_path):
     """HF generate and our decoders on a tiny random Llama, through the same loop: ours
     equal HF greedy at batch 1 and 2."""
@@ -179,9 +198,15 @@ def test_a_real_run_on_tiny_models(tmp_path):
     assert set(rows) == {("hf", 1), ("ar", 1), ("ar", 2), ("ngram>target", 1), ("ngram>target", 2)}
     for (m, b), r in rows.items():
         assert r["differing_outputs"] == 0, (m, b)
-        assert r["speedup_vs_hf"] > 0
+        assert r["groups"] == (3 if b == 1 else 2)  # prompts (0,), (1,), (2,); pairs (0, 1), (2,)
+        assert r["ci"][0] <= r["speedup_vs_hf"] <= r["ci"][1]
+    assert rows[("hf", 1)]["speedup_vs_hf"] == pytest.approx(1.0) and rows[("hf", 1)]["ci"] == pytest.approx([1, 1])
     assert rows[("ar", 1)]["tokens_per_call"] == pytest.approx(1.0)
-    assert rows[("ngram>target", 1)]["acceptance"] is not None
+    assert rows[("ar", 1)]["acceptance"] is None  # no draft level: nothing drafted
+    for b in (1, 2):  # pooled over the records: accepted / drafted of the n-gram level
+        recs_b = [x for x in recs if x["method"] == "ngram>target" and x["batch"] == b]
+        drafted, accepted = sum(x["drafted"] for x in recs_b), sum(x["accepted"] for x in recs_b)
+        assert drafted > 0 and rows[("ngram>target", b)]["acceptance"] == pytest.approx(accepted / drafted)
     lines = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
     assert all(x["tokens"] == 8 * len(x["prompts"]) for x in lines)
 

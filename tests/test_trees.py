@@ -22,7 +22,7 @@ from stagedspec.drafters import KatzNgramDrafter, ModelDrafter
 from stagedspec.models import truncated_copy
 from stagedspec.sampling import SamplingConfig
 from stagedspec.tree import AutoShape, DraftTree, DynamicShape, StaticShape, TreeShape
-from stagedspec.tree_search import _Recorder, acceptance_matrix, attach, best_trees, choose
+from stagedspec.tree_search import Calibration, _Recorder, acceptance_matrix, attach, best_trees, choose, replay
 
 from .helpers import hf_greedy, other_small, tiny_target
 from .test_drafts import _peaked, draw_positions_3_4, exact_positions_3_4
@@ -334,6 +334,23 @@ def test_recorder_reads_the_accepted_rank_per_depth():
     assert rec.counts == [[3, 1], [1, 1], [1, 0]]
 
 
+def test_choice_predicts_tokens_per_call_by_hand():
+    """Sampling (no rank traces): positional acceptance 0.6 for rank 0 and 0.2 for rank 1 at
+    both depths, every tree costing the same. Of the trees of at most 3 nodes and depth 2,
+    {0, 1, 0-0} yields 1 + 0.6 + 0.2 + 0.6^2 = 2.16 tokens per call (a chain with a sibling
+    at depth 2, {0, 0-0, 0-1}: 1 + 0.6 + 0.36 + 0.12 = 2.08); the calibration tree {0, 1,
+    0-0, 0-1} would yield 2.28."""
+    cal = Calibration(key={}, widths=[2, 2], accept_counts=[[60, 20], [60, 20]], reached=[100, 100],
+                      verify_ms={"1": 10.0, "5": 10.0}, draft_fit_ms=[0.0, 0.0, 0.0], draft_points=[], rest_ms=0.0,
+                      process_ms={"1": 0.0}, calib_tokens_per_call=0.0, rounds=0, seconds=0.0)
+    c = choose(cal, AutoShape(max_nodes=3, widths=(2, 2)))
+    assert sorted(map(tuple, c.paths)) == [(0,), (0, 0), (1,)]
+    assert c.predicted_tokens_per_call == pytest.approx(2.16)
+    assert c.predicted_ms_per_call == pytest.approx(10.0)
+    assert c.predicted_calib_tokens_per_call == pytest.approx(2.28)
+    assert np.asarray(c.accept) == pytest.approx(np.array([[0.6, 0.2], [0.6, 0.2]]))
+
+
 def test_tree_auto_calibrates_once_and_caches(tmp_path):
     target = tiny_target()
     drafter = ModelDrafter(_first1(), tree=SMALL_AUTO)
@@ -346,7 +363,10 @@ def test_tree_auto_calibrates_once_and_caches(tmp_path):
     cal = json.loads(files[0].read_text())
     assert {"threads", "dtype", "device", "hierarchy", "temperature", "plan"} <= set(cal["key"])
     assert sum(cal["reached"]) > 0 and len(cal["verify_ms"]) >= SMALL_AUTO.max_nodes + 1
-    assert first.predicted_tokens_per_call >= 1.0 and first.params()["tree_auto.paths"].startswith("[[0]")
+    # greedy: the prediction is the chosen tree replayed on the calibration's rank traces
+    assert first.predicted_tokens_per_call == pytest.approx(replay([tuple(p) for p in first.paths],
+                                                                   cal["rank_traces"])[0])
+    assert first.params()["tree_auto.paths"].startswith("[[0]")
     assert "tree_auto.predicted_tokens_per_call" in first.metrics()
     # a new process (a new drafter) with the same setting reads the cache
     again = ModelDrafter(_first1(), tree=SMALL_AUTO)
