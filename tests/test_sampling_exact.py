@@ -13,6 +13,10 @@ Power: ``test_mutant_is_caught`` runs broken rules, each one fault, with the sam
 asserts that a pair's statistic exceeds its critical value; the measured statistics are
 in the mutants' comments (critical values 64.1 for tokens 1-2, 26 degrees of freedom, and
 84.8 for tokens 3-4, 40; honest cases measured 1-59 against their critical values).
+
+Kernel plans: the cases run through Hugging Face's path (``HF_PLAN``); two of them again
+through a fast plan (every GEMM path, GQA packing, slot cache, lean layers), with the
+same N and critical values, and one kernel fault under that plan is among the mutants.
 """
 
 from __future__ import annotations
@@ -21,14 +25,16 @@ import functools
 import inspect
 import math
 import textwrap
+import types
 
 import pytest
 import torch
 
-from stagedspec import decoding, verification
+from stagedspec import decoding, kernels, verification
 from stagedspec.decoding import SpeculativeDecoder
 from stagedspec.drafters import BypassDrafter, KatzNgramDrafter, ModelDrafter, PromptLookupDrafter
 from stagedspec.drafters import model as model_drafter
+from stagedspec.kernels import HF_PLAN, KernelPlan, available_paths
 from stagedspec.models import truncated_copy
 from stagedspec.sampling import SamplingConfig, probabilities
 from stagedspec.tree import TreeShape
@@ -92,22 +98,26 @@ def chi2(counts: torch.Tensor, probs: torch.Tensor) -> tuple[float, int]:
     return float(stat), df
 
 
-def draw(drafter_factory, cfg: SamplingConfig, n: int, batch: int = 1000) -> dict[tuple[int, int], torch.Tensor]:
-    """Counts of each pair of emitted tokens over ``n`` rows, ``batch`` rows per decode."""
+def draw(drafter_factory, cfg: SamplingConfig, n: int, batch: int = 1000,
+         plan: KernelPlan = HF_PLAN) -> dict[tuple[int, int], torch.Tensor]:
+    """Counts of each pair of emitted tokens over ``n`` rows, ``batch`` rows per decode,
+    every forward (target and draft levels) through ``plan``."""
     target, _ = _models()
     counts = {pair: torch.zeros(V * V) for pair in PAIRS}
     for i in range(n // batch):
         dec = SpeculativeDecoder(target.model, drafter_factory(), SamplingConfig(
-            temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p, seed=cfg.seed + i))
+            temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p, seed=cfg.seed + i), plan=plan)
         for s in dec.generate([PROMPT] * batch, N_TOKENS).sequences:
             for a, b in PAIRS:
                 counts[(a, b)][s.output_ids[a] * V + s.output_ids[b]] += 1
     return counts
 
 
-def statistics(factory, cfg: SamplingConfig, n: int | None = None) -> list[tuple[str, float, int, float]]:
-    """(pair, chi2, df, Bonferroni critical value) for each tested pair."""
-    exact, counts = exact_pairs(cfg), draw(factory, cfg, n or N, getattr(factory, "batch", 1000))
+def statistics(factory, cfg: SamplingConfig, n: int | None = None,
+               plan: KernelPlan = HF_PLAN) -> list[tuple[str, float, int, float]]:
+    """(pair, chi2, df, Bonferroni critical value) for each tested pair; the exact joints
+    always come from Hugging Face's own forward, whatever ``plan`` the decoding uses."""
+    exact, counts = exact_pairs(cfg), draw(factory, cfg, n or N, getattr(factory, "batch", 1000), plan)
     out = []
     for pair in PAIRS:
         stat, df = chi2(counts[pair], exact[pair])
@@ -204,6 +214,24 @@ def test_emitted_distribution_matches_target(factory, cfg):
         assert stat < crit, f"{pair}: chi2={stat:.1f} df={df} crit={crit:.1f}"
 
 
+_PATHS = available_paths(torch.float32, torch.device("cpu"))
+FAST = KernelPlan(name="fast", linear=tuple(_PATHS[i % len(_PATHS)] for i in range(8)), gqa_packing=True,
+                  slot_cache=True, lean_layers=True)
+"""A fast plan with every GEMM path available here somewhere in 1..8 rows (so the
+baseline's one-row forwards and verification's several-row forwards take different
+kernels), GQA packing, the slot cache and the lean layers."""
+
+
+@pytest.mark.parametrize("factory,cfg", [(_model_chain, T1), (_model_tree_221, T07)],
+                         ids=["small-chain", "tree221-t0.7-topk-topp"])
+def test_emitted_distribution_matches_target_under_the_fast_plan(factory, cfg):
+    """The same test, same N and critical values, with every forward through a fast
+    kernel plan: exact up to kernel rounding (``kernels.py``), which chi-square at this N
+    cannot see, while a kernel fault shows (``test_mutant_is_caught``, "fast plan: ...")."""
+    for pair, stat, df, crit in statistics(factory, cfg, plan=FAST):
+        assert stat < crit, f"{pair}: chi2={stat:.1f} df={df} crit={crit:.1f}"
+
+
 # ---------------------------------------------------------------------------- mutants
 def _broken_ratio(p, q, x):
     px = float(p[x])
@@ -219,16 +247,21 @@ def mutate(monkeypatch, modules, owner, name: str, sites: list[tuple[str, str]])
     """Replace ``owner.name`` by its own source with one edit applied: the first of
     ``sites`` (old, new) found in it (a site per version of the code; exactly one must
     match, so a mutant never silently tests the unchanged code). The mutated function is
-    set on ``owner`` and wherever ``modules`` imported it by name."""
+    set on ``owner`` and wherever ``modules`` imported it by name. It reads its module's
+    live globals, not a copy: a copy would freeze module state read at call time (the
+    active kernel plan), and a kernel mutant would silently run the unplanned path."""
     fn = getattr(owner, name)
     src = textwrap.dedent(inspect.getsource(fn))
     found = [(old, new) for old, new in sites if src.count(old) == 1]
     assert len(found) == 1, f"mutation site not found in {name}: update this mutant to the code"
     namespace = dict(fn.__globals__)
     exec(compile(src.replace(*found[0]), inspect.getsourcefile(fn), "exec"), namespace)
-    monkeypatch.setattr(owner, name, namespace[name])
+    made = namespace[name]
+    mutant = types.FunctionType(made.__code__, fn.__globals__, name, made.__defaults__, made.__closure__)
+    mutant.__kwdefaults__ = made.__kwdefaults__
+    monkeypatch.setattr(owner, name, mutant)
     for module in modules:
-        monkeypatch.setattr(module, name, namespace[name])
+        monkeypatch.setattr(module, name, mutant)
 
 
 def _siblings_against_original_p(monkeypatch):
@@ -247,23 +280,38 @@ def _staged_bonus_q_at_root(monkeypatch):
     ])
 
 
+def _fast_plan_causal_leak(monkeypatch):
+    """Fast plan only: the packed attention's causal mask (verification rows with no holes)
+    lets each row see the next one. The models are installed first, so the install-time
+    logits check (``kernels.check_lean_layers``, which refuses this fault) does not run
+    again: what is measured is the chi-square test's own power under the plan."""
+    target, draft = _models()
+    kernels.install(target.model)
+    kernels.install(draft)
+    mutate(monkeypatch, [], kernels, "_packed_gqa_attention",
+           [("device=query.device).triu(1)", "device=query.device).triu(2)")])
+
+
 @pytest.mark.parametrize(
-    "name,patch,factory",
+    "name,patch,factory,plan",
     [
         # measured chi2 (tokens 1-2 / 3-4): 18240 / 3968
-        ("min(1,q/p)", lambda mp: mp.setattr(verification, "accept_probability", _broken_ratio), _model_chain),
+        ("min(1,q/p)", lambda mp: mp.setattr(verification, "accept_probability", _broken_ratio), _model_chain,
+         HF_PLAN),
         # 589 / 576: a chain rejects once per round, so this removes just that residual
-        ("no residual", lambda mp: mp.setattr(verification, "residual_after", _no_residual), _model_chain),
+        ("no residual", lambda mp: mp.setattr(verification, "residual_after", _no_residual), _model_chain, HF_PLAN),
         # 435 / 607
-        ("no residual between siblings", _siblings_against_original_p, _model_tree),
+        ("no residual between siblings", _siblings_against_original_p, _model_tree, HF_PLAN),
         # 54 / 138: tokens 1-2 alone (the old two-token test) stay under the critical value
-        ("staged bonus q = p[0]", _staged_bonus_q_at_root, _staged),
+        ("staged bonus q = p[0]", _staged_bonus_q_at_root, _staged, HF_PLAN),
+        # 945 / 571
+        ("fast plan: causal mask one row late", _fast_plan_causal_leak, _model_chain, FAST),
     ],
 )
-def test_mutant_is_caught(monkeypatch, name, patch, factory):
+def test_mutant_is_caught(monkeypatch, name, patch, factory, plan):
     """The same test, same N, rejects a rule with one fault: the test has power there."""
     patch(monkeypatch)
-    stats = statistics(factory, T1)
+    stats = statistics(factory, T1, plan=plan)
     assert any(stat > crit for _, stat, _, crit in stats), f"{name}: " + ", ".join(
         f"{pair} chi2={stat:.1f} (crit {crit:.1f})" for pair, stat, _, crit in stats)
 
