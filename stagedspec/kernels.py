@@ -417,10 +417,10 @@ comes first."""
 def _check_logits(model: nn.Module, ids: torch.Tensor, split: int) -> torch.Tensor:
     """Logits at every position of ``ids``, fed as a prefill of ``split`` tokens and then
     the rest through the cache (the two ways the engine calls a layer)."""
-    decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     from transformers import DynamicCache
 
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     cache = DynamicCache(config=decoder.config)  # filled in place
     out: list[torch.Tensor] = []
     for part in (ids[:, :split], ids[:, split:]):
@@ -455,7 +455,7 @@ def check_lean_layers(model: nn.Module, tokens: int = 8) -> None:
             err, why = float("inf"), f"{type(e).__name__}: {e}"
         else:
             why = f"||logits - HF|| / ||HF logits|| = {err:.2e}"
-    rtol = LEAN_CHECK_RTOL.get(p.dtype, 3e-2)
+    rtol = LEAN_CHECK_RTOL.get(p.dtype, 4e-2)
     if not err <= rtol:
         for m in lean:  # back to Hugging Face's forward: the model stays usable through HF_PLAN
             m.forward = m._stagedspec_forward
