@@ -355,13 +355,14 @@ def our_methods(target, files: dict[str, Path], k: int, tree: str | None, lower_
     return made, skipped
 
 
-LEVEL_KINDS = ("lookup", "ngram", "small", "copy")
+LEVEL_KINDS = ("lookup", "ngram", "small", "fr", "copy")
 
 
 def parse_ours(spec: str) -> dict[str, list[tuple[str, list[int]]]]:
     """``--ours`` for a packaged pair: comma-separated hierarchies, each its levels lowest
     first joined by '>', each level ``kind:k[:min_match]``: ``lookup:k`` prompt lookup,
     ``ngram:k`` the Katz n-gram over the context, ``small:k`` the packaged draft model,
+    ``fr:k`` the same with a 32,768-token frequency-pruned head (``drafters/pruned_head.py``),
     ``copy:k:min_match`` the bypass level; ``ar`` is plain decoding. Name -> levels."""
     out = {}
     for item in (x.strip() for x in spec.split(",")):
@@ -375,7 +376,7 @@ def parse_ours(spec: str) -> dict[str, list[tuple[str, list[int]]]]:
             kind, *nums = part.split(":")
             if kind not in LEVEL_KINDS or not nums or not all(n.isdigit() and int(n) > 0 for n in nums) \
                     or len(nums) > (2 if kind == "copy" else 1):
-                raise SystemExit(f"--ours: bad level {part!r} in {item!r}; valid: ar, lookup:K, ngram:K, small:K, "
+                raise SystemExit(f"--ours: bad level {part!r} in {item!r}; valid: ar, lookup:K, ngram:K, small:K, fr:K, "
                                  f"copy:K[:MIN_MATCH], joined by '>' lowest first (e.g. ngram:4>small:8>copy:24:8)")
             levels.append((kind, [int(n) for n in nums]))
         out[item] = levels
@@ -387,6 +388,11 @@ def pair_methods(target, small, spec: str) -> dict:
     from stagedspec.drafters import BypassDrafter, KatzNgramDrafter, ModelDrafter, PromptLookupDrafter
 
     V = target.vocab_size
+    fr_model = None
+    if any(kind == "fr" for levels in parse_ours(spec).values() for kind, _ in levels):
+        from stagedspec.drafters.pruned_head import head_subset, pruned_copy
+
+        fr_model = pruned_copy(small.model, head_subset(small, 32768))
 
     def factory(levels):
         def make():
@@ -396,8 +402,8 @@ def pair_methods(target, small, spec: str) -> dict:
                     d = PromptLookupDrafter(k=nums[0], name="lookup")
                 elif kind == "ngram":
                     d = KatzNgramDrafter(V, k=nums[0], name="ngram")
-                elif kind == "small":
-                    d = ModelDrafter(small.model, k=nums[0], lower=d, name="small")
+                elif kind in ("small", "fr"):
+                    d = ModelDrafter(small.model if kind == "small" else fr_model, k=nums[0], lower=d, name="small")
                 else:
                     d = BypassDrafter(d, k=nums[0], min_match=nums[1] if len(nums) > 1 else 1, name="copy")
             return d

@@ -175,6 +175,9 @@ class ModelLevel(_TreeLevel):
     k: int = 4
     tree: Any = None
     name: str = "small"
+    head: Any = None
+    """An int N: an LM head of the N token ids most frequent in Python code (FR-Spec,
+    ``drafters/pruned_head.py``); None: the model's full head."""
 
     def spec(self) -> ModelSpec:
         return self.model if isinstance(self.model, ModelSpec) else ModelSpec(**dict(self.model))
@@ -183,6 +186,9 @@ class ModelLevel(_TreeLevel):
         _check_k(self.name, self.k)
         self.spec().validate()
         self.shape  # parsing is the check
+        if self.head is not None and (not isinstance(self.head, int) or isinstance(self.head, bool) or self.head < 1):
+            raise ValueError(f"level {self.name!r}: head must be a number of tokens >= 1 (a pruned LM head) "
+                             f"or null (the full head), got {self.head!r}")
 
     def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
         from .drafters.model import ModelDrafter
@@ -196,7 +202,12 @@ class ModelLevel(_TreeLevel):
         else:
             small = loader(spec)
         check_compatible(target, small, self.name)
-        return ModelDrafter(small.model, k=self.k, lower=lower, tree=self.shape, name=self.name)
+        model = small.model
+        if self.head is not None:
+            from .drafters.pruned_head import head_subset, pruned_copy
+
+            model = pruned_copy(model, head_subset(small, self.head))
+        return ModelDrafter(model, k=self.k, lower=lower, tree=self.shape, name=self.name)
 
 
 @dataclass
