@@ -8,7 +8,7 @@ per-category metrics (``speedup/<category>``, ...) time whole batches.
 Timing on a shared CPU drifts by more than the effects we measure (the same baseline on
 the same prompts moved from 8.75 to 10.13 tok/s between jobs of one sweep), so the
 method and the baseline are *interleaved*: each batch is decoded by the method and then
-by the baseline (the other order on odd repeats), ``repeats`` times, before the next
+by the baseline (the other order on every other batch and repeat), ``repeats`` times, before the next
 batch. Each such batch is a *unit*: the speedup's confidence interval rests on the
 spread between units (``intervals.py``). Outputs are those of the first repeat (decoding
 is deterministic, so the others repeat them; a difference is logged as a warning).
@@ -116,7 +116,8 @@ def decode_paired(
                             ps.append(ids)
                         prompts.append(ps)
                     for rep in range(repeats):
-                        order = range(len(decs)) if rep % 2 == 0 else reversed(range(len(decs)))
+                        # alternate per unit and repeat: with repeats=1 the method does not always go first
+                        order = range(len(decs)) if (rep + unit) % 2 == 0 else reversed(range(len(decs)))
                         for m in order:
                             dec, run = decs[m]
                             torch.manual_seed(seed)

@@ -271,3 +271,16 @@ def test_repeats_is_checked_before_any_model_loads(bad, tmp_path):
         assert validate_cfg(compose("config", overrides=["experiment=tiny", "repeats=3"]), with_data=False).repeats == 3
         with pytest.raises(ConfigError, match=r"repeats must be an integer >= 1, got"):
             validate_cfg(compose("config", overrides=["experiment=tiny", f"repeats={bad}"]), with_data=False)
+
+
+def test_interval_metrics_say_what_the_interval_is_over():
+    from stagedspec.intervals import interval_metrics
+
+    # (method tokens, seconds, baseline tokens, seconds) per repeat, per unit
+    two_prompts = [[(10.0, 1.0, 10.0, 2.0)], [(10.0, 1.0, 10.0, 3.0)]]
+    m = interval_metrics("speedup/qa", speedup_interval(two_prompts))
+    assert m["speedup_ci_n/qa"] == 2.0 and m["speedup_ci_over_prompts/qa"] == 1.0
+    one_prompt = [[(10.0, 1.0, 10.0, 2.0), (10.0, 1.1, 10.0, 2.0), (10.0, 0.9, 10.0, 2.1)]]
+    m = interval_metrics("speedup", speedup_interval(one_prompt))
+    assert m["speedup_ci_n"] == 3.0 and m["speedup_ci_over_prompts"] == 0.0
+    assert m["speedup_ci_low"] < 2.0 < m["speedup_ci_high"]
