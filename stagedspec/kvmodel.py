@@ -229,7 +229,8 @@ class KVModel:
 
     # ------------------------------------------------------------------- sync
     @torch.no_grad()
-    def sync(self, contexts: list[list[int]], min_tail: int = 0, keep_pending: bool = True) -> list[list[int]]:
+    def sync(self, contexts: list[list[int]], min_tail: int = 0, keep_pending: bool = True,
+             keep_first: int | None = None) -> list[list[int]]:
         """Commit the pending path that matches each context, roll back what the context
         no longer has, and return each row's tail (context tokens not in the cache).
 
@@ -237,12 +238,20 @@ class KVModel:
         tokens: a caller that needs logits after the last token must feed it.
         ``keep_pending=False`` drops every pending node instead of committing matches: for
         a model whose inputs at draft nodes were provisional (a feature draft fed its own
-        predicted features) and must be recomputed.
+        predicted features) and must be recomputed. ``keep_first=m`` drops the pending
+        nodes after the first m (the tail such a model was fed with real inputs) and
+        commits matches among those.
         """
         assert len(contexts) == self.batch_size, (len(contexts), self.batch_size)
         if not keep_pending and self.n_pending:
             self._truncate(self.n_commit)
             self._clear_pending(self.batch_size)
+        elif keep_first is not None and self.n_pending > keep_first:
+            self._truncate(self.n_commit + keep_first)
+            for lists in (self.p_tok, self.p_par, self.p_depth):
+                for row in lists:
+                    del row[keep_first:]
+            self.p_anc = self.p_anc[:, :keep_first, :keep_first]
         P = self.n_pending
         if P:
             matched = [self._match_pending(b, ctx) for b, ctx in enumerate(contexts)]

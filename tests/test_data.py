@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -174,3 +175,53 @@ def test_path_rules(monkeypatch, jsonl):
 def test_missing_package_names_the_install_command():
     with pytest.raises(FileNotFoundError, match=r"pip install --no-deps some-dist==1.0"):
         package_file("no_such_module_stagedspec", "x.jsonl", "some-dist==1.0")
+
+
+GENERIC = {"get", "make", "check", "find", "sort", "array", "list", "string", "strings", "number", "numbers",
+           "sum", "count", "add", "all", "filter", "by", "to", "and", "one", "is", "if", "solve", "encode",
+           "decode", "compare", "unique", "common", "solution", "words", "split", "select", "max", "min",
+           "elements", "element", "of", "in", "int", "total", "match", "closest", "longest", "digits", "valid",
+           # words that name no task by themselves (is_nested: brackets; is_sorted; sum_product; minPath)
+           "nested", "sorted", "product", "path", "date"}
+
+
+def humaneval_concepts(code: str) -> set[frozenset[str]]:
+    """The words each function name of a HumanEval prompt is made of (snake_case and camelCase),
+    generic ones dropped: ``is_palindrome`` -> {palindrome}, ``greatest_common_divisor`` ->
+    {greatest, divisor}."""
+    out = set()
+    for name in re.findall(r"def (\w+)\(", code):
+        words = {w.lower() for w in re.findall(r"[A-Za-z][a-z]*", name)} - GENERIC
+        if words and all(len(w) >= 3 for w in words):
+            out.add(frozenset(words))
+    return out
+
+
+def overlapping_tasks(tasks: list[str], problems) -> list[tuple[str, str]]:
+    """(task, HumanEval function) pairs where every word of the function's name occurs in the task."""
+    concepts = set().union(*(humaneval_concepts(q.turns[0]) for q in problems))
+    def has(task: str, word: str) -> bool:  # a word of the task starts with it: fib -> Fibonacci
+        return any(t.startswith(word) for t in re.findall(r"[a-z]+", task.lower()))
+
+    return [(t, "_".join(sorted(c))) for t in tasks for c in concepts if all(has(t, w) for w in c)]
+
+
+def test_training_code_tasks_are_not_humaneval_tasks():
+    """Issue 21 item 9: the prompts drafts are trained on share no task with HumanEval. The check
+    is by function-name words, so it catches the 11 of the 26 tasks the list used to hold that
+    are HumanEval problems (palindrome, Fibonacci, prime, greatest common divisor, vowels, ...)."""
+    from stagedspec.training_prompts import CODE_TASKS
+
+    problems = load_prompt_set("humaneval")
+    old = ["checks whether a string is a palindrome", "returns the n-th Fibonacci number",
+           "counts the vowels in a sentence", "checks whether a number is prime",
+           "computes the greatest common divisor of two integers",
+           "removes duplicates from a list while keeping the order", "returns the intersection of two lists"]
+    assert {t for t, _ in overlapping_tasks(old, problems)} == set(old)  # the check sees each of them
+    assert overlapping_tasks(CODE_TASKS, problems) == []
+    # nor a shared run of 4 words with any problem's text
+    grams = {tuple(ws[i:i + 4]) for q in problems for ws in [re.findall(r"[a-z]+", q.turns[0].lower())]
+             for i in range(len(ws) - 3)}
+    for task in CODE_TASKS:
+        ws = re.findall(r"[a-z]+", task.lower())
+        assert not [ws[i:i + 4] for i in range(len(ws) - 3) if tuple(ws[i:i + 4]) in grams], task

@@ -62,6 +62,33 @@ def test_feature_draft_must_draft_for_the_target():
         SpeculativeDecoder(target.model, ModelDrafter(layers, k=2, lower=FeatureDrafter(feature, k=2)))
 
 
+@pytest.mark.parametrize("tree", [None, {"widths": [2, 2, 1]}], ids=["chain", "tree"])
+def test_feature_draft_feeds_each_verified_token_once(tree, monkeypatch):
+    """The tail fed with the target's real features stays cached: over a whole answer the
+    draft is fed each context slot once (plus the one it re-feeds when a round's tail would
+    be empty), not the whole context every round (issue 21 item 2)."""
+    target = tiny_target()
+    feature, _ = _drafts()
+    fed = []
+    original = FeatureDrafter._feed_tails
+
+    def counting(self, contexts, features):
+        out = original(self, contexts, features)
+        fed.append(sum(n + 1 for n in out[2]))
+        return out
+
+    monkeypatch.setattr(FeatureDrafter, "_feed_tails", counting)
+    shape = None if tree is None else TreeShape.parse(tree)
+    drafter = FeatureDrafter(feature, k=4) if shape is None else FeatureDrafter(feature, tree=shape)
+    prompt = _prompts(8)[5]
+    res = SpeculativeDecoder(target.model, drafter, SamplingConfig()).generate([prompt], N_NEW)
+    assert res.sequences[0].output_ids == list(_reference(8)[5])
+    rounds = len(fed)
+    assert rounds > 3
+    # slots are context[1:]; the last round's context lacks at most the final round's tokens
+    assert sum(fed) <= len(prompt) - 1 + N_NEW, (sum(fed), fed)
+
+
 def test_weights_file_round_trip_and_refusals(tmp_path):
     target = tiny_target()
     feature, _ = _drafts()

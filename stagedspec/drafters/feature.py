@@ -7,9 +7,10 @@ the decoder passes ``features[b]``, the target's hidden states at every context
 position but the last (what the target has cached), to ``propose``.
 
 Inside a draft tree a node's feature is its parent's *predicted* one, so those cache
-entries are provisional: at the next round every pending node is dropped
-(``keep_pending=False``) and the newly verified positions are fed again with the
-target's real features. It needs the target's hidden states, so it drafts only for the
+entries are provisional: at the next round they are dropped and the newly verified
+positions are fed with the target's real features. The tail fed the round before saw
+real features, so it stays (``sync(keep_first=...)``): a round feeds only the tokens
+verified since the last one, not the whole context. It needs the target's hidden states, so it drafts only for the
 target itself, never for another level.
 """
 
@@ -30,6 +31,7 @@ class FeatureDrafter(ModelDrafter):
                              f"got {getattr(draft, 'design', type(draft).__name__)!r}")
         super().__init__(draft, k=k, tree=tree, name=name)
         self.draft = draft
+        self._real_tail = 0
 
     def prefill(self, contexts: list[list[int]]) -> None:
         """Nothing to do before the target's features exist; the first ``propose`` feeds
@@ -42,7 +44,7 @@ class FeatureDrafter(ModelDrafter):
                              "the target (it got no features)")
         kv = self.kv
         slots = [c[1:] for c in contexts]  # slot t holds x_{t+1} (its input also needs f_t)
-        tails = kv.sync(slots, min_tail=1, keep_pending=False)
+        tails = kv.sync(slots, min_tail=1, keep_first=self._real_tail)
         inputs = []
         for b, tail in enumerate(tails):
             end = len(slots[b])
@@ -52,6 +54,7 @@ class FeatureDrafter(ModelDrafter):
                                  f"{len(contexts[b])} context tokens; expected one per token but the last")
             inputs.append(self.draft.feature_inputs(torch.tensor(tail, device=f.device), f))
         logits, states = kv.extend_chain(tails, inputs=inputs, hidden=True)
+        self._real_tail = kv.n_pending  # the slots fed so far this round hold real features
         return [lg[0] for lg in logits], [st[-1] for st in states], [len(t) - 1 for t in tails]
 
     @torch.no_grad()
