@@ -90,13 +90,45 @@ class CorpusSpec:
                 raise ValueError(f"corpus {k} must be an integer >= 1, got {v!r}")
 
 
-def corpus_dir(cache_dir: str | Path, target_name: str, spec: CorpusSpec) -> Path:
-    """Where a target's corpus for ``spec`` lives: one directory per (target, spec), so
-    every run of the same recipe reuses (or resumes) the same generation."""
+def corpus_dir(cache_dir: str | Path, target_name: str, spec: CorpusSpec, kernels: str = "hf") -> Path:
+    """Where a target's corpus for ``spec`` lives: one directory per (target, spec, kernel
+    plan, prompt list), so every run of the same recipe reuses (or resumes) the same
+    generation, and a change of what generates it starts a new one."""
     import hashlib
 
-    key = hashlib.sha256(json.dumps(asdict(spec), sort_keys=True).encode()).hexdigest()[:12]
+    from .training_prompts import prompt_list_key
+
+    what = {**asdict(spec), "kernels": kernels, "prompts_key": prompt_list_key()}
+    key = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]
     return Path(cache_dir) / "distill" / f"{target_name}-{key}"
+
+
+def provenance(target: LoadedModel, kernels, work: Path) -> dict:
+    """What a shipped draft needs beside its command to be rebuilt: code and library
+    versions, the commit (when run from a git checkout), threads, device, dtype, the kernel
+    plan that generated the corpus and where the corpus is cached."""
+    import platform
+    import subprocess
+
+    import transformers
+
+    from . import __version__
+
+    here = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10).stdout.strip() or None
+        dirty = bool(subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+                                    capture_output=True, text=True, timeout=10).stdout.strip()) if commit else None
+    except (OSError, subprocess.SubprocessError):
+        commit, dirty = None, None
+    return {"stagedspec": __version__, "commit": commit, "dirty": dirty, "python": platform.python_version(),
+            "torch": torch.__version__, "transformers": transformers.__version__,
+            "threads": torch.get_num_threads(), "device": str(target.device), "dtype": target.spec.dtype,
+            "kernels": getattr(kernels, "name", "hf") if kernels is not None else "hf",
+            "corpus_dir": work.name,
+            "selection": "hyper-parameters were chosen on this held-out split: heldout_agreement is "
+                         "optimistic, not an unbiased estimate"}
 
 
 def build_corpus(target: LoadedModel, spec: CorpusSpec, path: str | Path, plan=None) -> list[dict]:
@@ -472,7 +504,8 @@ def distill(
     from .ngram_lm import write_corpus
 
     plan.validate(target.vocab_size, target.num_layers)
-    out_dir, work = Path(out_dir), corpus_dir(cache_dir, target.name, plan.corpus)
+    out_dir = Path(out_dir)
+    work = corpus_dir(cache_dir, target.name, plan.corpus, getattr(kernels, "name", "hf") if kernels is not None else "hf")
     out_dir.mkdir(parents=True, exist_ok=True)
     records = build_corpus(target, plan.corpus, work / "corpus.jsonl", plan=kernels)
     train, held = split_records(records, plan.heldout)
@@ -505,7 +538,7 @@ def distill(
         metrics = {"heldout_agreement_untrained": before, "heldout_agreement": after,
                    "train_seconds": state.seconds, "train_steps": state.step, **draft_size(draft)}
         on_metrics({f"{design}/{k}": float(v) for k, v in metrics.items()}, None)
-        draft.meta.recipe = dict(recipe or {})
+        draft.meta.recipe = {**(recipe or {}), "provenance": provenance(target, kernels, work)}
         draft.meta.metrics = metrics
         paths[design] = save_draft(draft, out_dir / f"{design}.safetensors")
         log.info("%s draft: held-out agreement %.3f (untrained %.3f), %d steps in %.0f s -> %s", design, after,

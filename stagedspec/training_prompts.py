@@ -136,3 +136,12 @@ def training_prompts(n: int, seed: int = 0, second_turn_share: float = 0.25) -> 
             turns.append(rng.choice(FOLLOW_UPS))
         out.append(turns)
     return out
+
+
+def prompt_list_key() -> str:
+    """A hash of the lists the prompts are made from: a cached corpus names the list it answered."""
+    import hashlib
+    import json
+
+    what = [TOPICS, CODE_TASKS, SENTENCES, TEMPLATES, FOLLOW_UPS]
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]

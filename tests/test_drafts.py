@@ -303,7 +303,7 @@ def test_recipe_short_run_on_the_embedded_target(embedded_model, tmp_path):
     """The shipped drafts' recipe (``distillation.distill``, what ``python -m
     stagedspec.distill`` runs), cut to a few prompts and steps: it trains from scratch,
     beats the untrained draft on held-out answers, and writes files the level loads."""
-    from stagedspec.distillation import CorpusSpec, DistillPlan, distill
+    from stagedspec.distillation import CorpusSpec, DistillPlan, corpus_dir, distill
     from stagedspec.hierarchy import NgramLevel, TrainedLevel
 
     seen: dict[str, float] = {}
@@ -316,6 +316,16 @@ def test_recipe_short_run_on_the_embedded_target(embedded_model, tmp_path):
     assert seen["feature/heldout_agreement"] > seen["feature/heldout_agreement_untrained"] + 0.05, seen
     meta = read_meta(paths["feature"])
     assert meta.metrics["heldout_agreement"] == seen["feature/heldout_agreement"] and meta.n_layers == 1
+    import stagedspec
+    import transformers
+
+    prov = meta.recipe["provenance"]  # enough to rebuild the file (issue 21 item 10)
+    assert prov["stagedspec"] == stagedspec.__version__ and prov["torch"] == torch.__version__
+    assert prov["transformers"] == transformers.__version__ and prov["threads"] == torch.get_num_threads()
+    assert prov["kernels"] == "hf" and prov["dtype"] == "float32" and "optimistic" in prov["selection"]
+    assert prov["commit"] is None or len(prov["commit"]) == 40
+    assert prov["corpus_dir"] == corpus_dir(tmp_path / "cache", embedded_model.name, plan.corpus).name
+    assert corpus_dir(tmp_path, "t", plan.corpus, "fast") != corpus_dir(tmp_path, "t", plan.corpus, "hf")
     drafter = TrainedLevel(weights=str(paths["feature"]), k=3).build(None, embedded_model, None)
     ngram = NgramLevel(corpus=str(paths["ngram"])).build(None, embedded_model, None)
     assert drafter.wants_features and ngram.base.num_tokens > 100
