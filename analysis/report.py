@@ -3,8 +3,9 @@
     python -m analysis.report experiment=NAME [tracking_uri=URI] [parent=RUN_ID] [out=DIR]
 
 Defaults: tracking_uri = sqlite:///<absolute cwd>/mlflow.db, parent = the experiment's
-most recent parent run, out = report/. The PNGs and report.md are also logged as
-artifacts of the parent run under ``report/``, and the best speedups with their 95%
+most recent parent run, out = report/. Each job's ``view.html`` (a few answers, each
+token coloured by the level that proposed it) is copied to ``views/`` and linked. The
+PNGs, the views and report.md are also logged as artifacts of the parent run under ``report/``, and the best speedups with their 95%
 intervals and the cost model's errors as the parent's metrics (``parent_metrics``);
 those are the only writes to MLflow.
 """
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
 
 from analysis.figures import FIGURES, FigureSkipped, prediction_errors
 from analysis.load import latest_parent, load_runs
@@ -53,14 +55,55 @@ def build_report(
             log.warning("figure %s skipped: %s", name, why)
 
     client = MlflowClient(tracking_uri=tracking_uri)
-    md = _markdown(experiment, tracking_uri, client.get_run(parent), runs, plotted, skipped)
+    views = fetch_views(client, runs, out / VIEWS_DIR)
+    md = _markdown(experiment, tracking_uri, client.get_run(parent), runs, plotted, skipped, views)
     (out / "report.md").write_text(md, encoding="utf-8")
     for name in plotted:
         client.log_artifact(parent, str(out / f"{name}.png"), artifact_path="report")
+    if views:
+        client.log_artifacts(parent, str(out / VIEWS_DIR), artifact_path=f"report/{VIEWS_DIR}")
     client.log_artifact(parent, str(out / "report.md"), artifact_path="report")
     _log_parent_metrics(client, parent, parent_metrics(runs))
     log.info("report for parent %s written to %s and logged to the parent run", parent, out)
     return plotted
+
+
+VIEW_ARTIFACT = "view.html"
+VIEWS_DIR = "views"
+
+
+def fetch_views(client: MlflowClient, runs: pd.DataFrame, out_dir: Path) -> dict[str, str]:
+    """Each child's ``view.html`` copied to ``out_dir/<run id>.html``; returns run id ->
+    the copy's path relative to the report (jobs logged before the view existed have none)."""
+    found: dict[str, str] = {}
+    for run_id in runs["run_id"]:
+        try:
+            if VIEW_ARTIFACT not in {a.path for a in client.list_artifacts(run_id)}:
+                continue
+            tmp = out_dir / f".{run_id}"
+            tmp.mkdir(parents=True, exist_ok=True)
+            dest = out_dir / f"{run_id}.html"
+            Path(client.download_artifacts(run_id, VIEW_ARTIFACT, str(tmp))).replace(dest)
+            tmp.rmdir()
+        except (MlflowException, OSError) as e:  # an artifact store out of reach: the report goes on without it
+            log.warning("view of run %s not fetched: %s", run_id, e)
+            continue
+        found[run_id] = f"{VIEWS_DIR}/{dest.name}"
+    return found
+
+
+def views_section(runs: pd.DataFrame, views: dict[str, str]) -> list[str]:
+    """The links to each job's answers, coloured by level."""
+    if not views:
+        return ["_No job logged a `view.html` (jobs run before it existed)._"]
+    out = ["Which level wrote which token: a few answers of each job, every token coloured by the level that "
+           "proposed it (hover: its round, its depth, what the target did).", ""]
+    d = configs(runs)
+    for r in d.sort_values(["method", "draft_k", "temperature"]).to_dict("records"):
+        if r["run_id"] in views:
+            out.append(f"- [{r['method']} k={fmt(r['draft_k'])} T={fmt(r['temperature'])} "
+                       f"bs={fmt(r['batch_size'])} (`{r['run_id'][:8]}`)]({views[r['run_id']]})")
+    return out
 
 
 # ------------------------------------------------------------------------- markdown
@@ -201,7 +244,7 @@ def prediction_note(runs: pd.DataFrame) -> list[str]:
     ]
 
 
-def _markdown(experiment, tracking_uri, parent, runs, plotted, skipped) -> str:
+def _markdown(experiment, tracking_uri, parent, runs, plotted, skipped, views=None) -> str:
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     statuses = runs["status"].value_counts()
     status_text = ", ".join(f"{n} {s.lower()}" for s, n in statuses.items())
@@ -246,6 +289,7 @@ def _markdown(experiment, tracking_uri, parent, runs, plotted, skipped) -> str:
                 out.append(f"- _{note}_")
         out.append("")
     out += ["## All runs", "", markdown_table(runs_table(runs)), ""]
+    out += ["## Answers, coloured by level", "", *views_section(runs, views or {}), ""]
     out += ["## Cost model: predicted vs measured", "", *prediction_note(runs), ""]
     return "\n".join(out)
 

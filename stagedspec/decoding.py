@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -21,6 +21,9 @@ from .tree import DraftTree
 from .verification import verify_tree, verify_tree_greedy
 
 log = logging.getLogger(__name__)
+
+OnRound = Callable[[int, list[int], list[str], RoundStats, str], None]
+"""A per-round observer (``SpeculativeDecoder.generate``'s ``on_round``)."""
 
 
 class SpeculativeDecoder:
@@ -83,7 +86,11 @@ class SpeculativeDecoder:
                     f"{depth} it needs {need} positions, more than the context length {self.context_length}"
                 )
 
-    def generate(self, prompts: list[list[int]], max_new_tokens: int) -> GenerationResult:
+    def generate(self, prompts: list[list[int]], max_new_tokens: int, on_round: OnRound | None = None) -> GenerationResult:
+        """Decode every prompt. ``on_round(i, new_ids, origins, stats, finished)``, if given,
+        is called once per round per sequence as the round commits: prompt i's new tokens,
+        the level that proposed each, the round's ``RoundStats``, and ``"eos"``/``"length"``
+        when the sequence ended there (else ""). Its time counts in the round's overhead."""
         self._validate(prompts, max_new_tokens)
         gen = torch.Generator().manual_seed(self.sampling.seed)
         B = len(prompts)
@@ -157,6 +164,8 @@ class SpeculativeDecoder:
                     results[i].finished_reason = "length"
                 else:
                     keep.append(row)
+                if on_round is not None:
+                    on_round(i, new, origin, stats, results[i].finished_reason)
             if self.drafter is not None:
                 self.drafter.feedback(accepted)
             if len(keep) < len(active):

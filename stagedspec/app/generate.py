@@ -4,6 +4,11 @@ the comparison and one row per target call.
     python -m stagedspec.generate prompt="Why is the sky blue?"
     python -m stagedspec.generate prompt="..." levels.small=null levels.ngram.k=6 sampling=t07
     python -m stagedspec.generate prompt="..." tree=specinfer_221 levels.ngram=null
+    python -m stagedspec.generate prompt="..." view=rounds    # also one line per round
+
+The answer streams as rounds commit, each token coloured by the level that proposed it
+(``view.py``; ``view=false``: printed at the end; plain text off a terminal or with
+``NO_COLOR``).
 
 Uses the same config groups as the sweep runner (conf/), without tracking or data. Both
 decoders share the job's kernel plan (``kernels``) and get one short untimed warm-up, as
@@ -23,16 +28,22 @@ from ..stats import GenerationResult
 from ..text import encode, eos_token_ids, ids_to_text
 from .cli import config_errors
 from .plan import CONF_DIR, ConfigError, validate_cfg
+from .view import StreamView
+
+EXTRA_KEYS = ("prompt", "view")
+"""generate's own keys (conf/generate.yaml)."""
+VIEWS = (True, False, "rounds")
 
 
-def generate_one(cfg: DictConfig) -> dict:
+def generate_one(cfg: DictConfig, view: StreamView | None = None) -> dict:
     """The method's and plain decoding's results on ``cfg.prompt``:
     ``{"method", "levels", "text", "result", "plain_text", "plain_result"}`` (``plain_*``
-    None when the method is plain decoding or ``baseline=false``)."""
+    None when the method is plain decoding or ``baseline=false``). ``view``: streams the
+    method's answer as its rounds commit (not the warm-up's, not plain decoding's)."""
     prompt = cfg.get("prompt") if "prompt" in cfg and not OmegaConf.is_missing(cfg, "prompt") else None
     if not isinstance(prompt, str) or not prompt.strip():
         raise ConfigError(f'prompt must be non-empty text, e.g. prompt="Hello", got {prompt!r}')
-    plan = validate_cfg(cfg, with_data=False, extra_keys=("prompt",))  # before any model is loaded
+    plan = validate_cfg(cfg, with_data=False, extra_keys=EXTRA_KEYS)  # before any model is loaded
     target = load_cached(plan.target)
     drafter = build_hierarchy(plan.levels, target, load_cached)
     kernels = kernel_plan(target, plan.kernels)
@@ -47,7 +58,11 @@ def generate_one(cfg: DictConfig) -> dict:
     if plan.warmup:
         for d in (dec, ar) if ar is not None else (dec,):
             d.generate([ids[-32:]], min(4, plan.max_new_tokens))
-    res = dec.generate([ids], plan.max_new_tokens)
+    if view is not None:
+        view.start([lv.name for lv in plan.levels], lambda xs: ids_to_text(target, xs))
+    res = dec.generate([ids], plan.max_new_tokens, on_round=view)
+    if view is not None:
+        view.finish()
     plain = ar.generate([ids], plan.max_new_tokens) if ar is not None else None
     return {
         "method": plan.method, "levels": [lv.name for lv in plan.levels],
@@ -69,11 +84,13 @@ def round_table(levels: list[str], res: GenerationResult) -> list[str]:
     return lines
 
 
-def report(out: dict) -> str:
+def report(out: dict, streamed: bool = False) -> str:
+    """The answer (unless ``streamed`` already showed it), the comparison with plain
+    decoding, the round table and the headline metrics."""
     res, plain = out["result"], out["plain_result"]
     seq = res.sequences[0]
     s = res.summary()
-    lines = [out["text"], "", f"--- {out['method']}: {len(seq.output_ids)} tokens in {len(seq.rounds)} target calls, "
+    lines = ([] if streamed else [out["text"], ""]) + [f"--- {out['method']}: {len(seq.output_ids)} tokens in {len(seq.rounds)} target calls, "
              f"{s['tokens_per_s']:.1f} tokens/s"]
     if plain is not None:
         p = plain.summary()
@@ -94,5 +111,9 @@ def report(out: dict) -> str:
 @hydra.main(config_path=str(CONF_DIR), config_name="generate", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     with config_errors():  # one line on the console; HYDRA_FULL_ERROR=1 for the traceback
-        out = generate_one(cfg)
-    print(report(out))
+        mode = cfg.get("view", True)
+        if mode not in VIEWS:
+            raise ConfigError(f"view must be true, false or rounds, got {mode!r}")
+        view = StreamView(rounds=mode == "rounds") if mode else None
+        out = generate_one(cfg, view)
+    print(("\n" if view else "") + report(out, streamed=view is not None))

@@ -11,8 +11,9 @@ Where a Hydra config, the decoding library and the tracker meet. One job:
 4. decode every prompt turn with the plain autoregressive baseline and with the
    configured method, ``batch_size`` prompts of one category at a time
    (``evaluation.decode_paired``: the two interleaved per batch, ``repeats`` times);
-5. write ``outputs.jsonl``, ``metrics.json`` and ``config.yaml`` in the Hydra run
-   directory and log params, metrics, tags and artifacts to MLflow.
+5. write ``outputs.jsonl``, ``metrics.json``, ``config.yaml`` and ``view.html`` (a few
+   answers, each token coloured by the level that proposed it: ``view.py``) in the Hydra
+   run directory and log params, metrics, tags and artifacts to MLflow.
 
 Examples::
 
@@ -50,17 +51,18 @@ from ..evaluation import decode_paired, job_metrics
 from ..hierarchy import build_hierarchy
 from ..kernels import kernel_plan
 from ..models import LoadedModel, load_cached
-from ..text import encode, eos_token_ids
+from ..text import encode, eos_token_ids, ids_to_text
 from .cli import config_errors
 from .identity import config_hash, job_params, run_name
 from .plan import CONF_DIR, ConfigError, JobPlan, validate_cfg
 from .tracking import Tracker, child_note, parent_run_id, swept, tracker_for
+from .view import job_page
 
 log = logging.getLogger(__name__)
 
 FAIL_AFTER_ENV = "STAGEDSPEC_FAIL_AFTER_JOBS"
 FAIL_MODE_ENV = "STAGEDSPEC_FAIL_MODE"
-ARTIFACTS = ("config.yaml", "outputs.jsonl", "metrics.json")
+ARTIFACTS = ("config.yaml", "outputs.jsonl", "metrics.json", "view.html")
 
 
 def execute(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, float] | None:
@@ -145,6 +147,9 @@ def _run_job(
     metrics = job_metrics(run, ar, plan.sampling.greedy)
     metrics["model_load_s"] = load_s
     _write(out_dir, run.records + (ar.records if ar is not None and ar is not run else []), metrics, config_yaml)
+    (out_dir / "view.html").write_text(job_page(
+        plan.method, [lv.name for lv in plan.levels], run.records, lambda ids: ids_to_text(target, ids),
+        {q.question_id: q.turns for q in plan.questions}), encoding="utf-8")
     log.info(
         "%s: %.2f tok/s%s, %.2f tokens/call, acceptance %.3f over %d prompts -> %s", plan.method,
         metrics["tokens_per_s"], f" (AR {metrics['ar_tokens_per_s']:.2f}, speedup {metrics['speedup']:.3f})" if ar else "",

@@ -52,7 +52,10 @@ log = logging.getLogger(__name__)
 HASH_TAG = "stagedspec.config_hash"
 SWEEP_TAG = "stagedspec.sweep_id"
 NOTE_TAG = "mlflow.note.content"  # a run's or experiment's description in the UI
-KIND_TAG = "mlflow.experimentKind"  # the UI opens an experiment in GenAI or "model training" mode by it
+KIND_TAG = "mlflow.experimentKind"
+"""The experiment's kind: MLflow 3.x UIs before the GenAI/Model training switch open an
+experiment in that mode by it; 3.17 reads the link's ``workflowType`` (``ui_url``) or the
+switch instead (README, "MLflow UI")."""
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 VIEW_KEY = "stagedspec-headline"
 MAX_PARAM_LEN = 6000  # MLflow's limit on a param value
@@ -378,7 +381,8 @@ def child_note(name: str, m: dict[str, float], data_text: str, max_new_tokens: i
                      "target-scored positions discarded")
     if "ar_match_rate" in m:
         lines.append(f"- Greedy output identical to plain decoding on {100 * m['ar_match_rate']:.0f}% of prompt turns")
-    lines += ["", "Per prompt: `outputs_table.json` (artifacts); per position: the `position_acceptance` chart."]
+    lines += ["", "Per prompt: `outputs_table.json` (artifacts); which level wrote which token: `view.html`; "
+              "per position: the `position_acceptance` chart."]
     return "\n".join(lines)
 
 
