@@ -12,7 +12,7 @@ def __getattr__(name: str):
     # Loaded on first use: the tracker imports analysis.names in every run, and must not
     # pull in pandas and MLflow with it.
     if name in __all__:
-        from analysis import load
+        from . import load
 
         return getattr(load, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

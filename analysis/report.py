@@ -19,9 +19,9 @@ from pathlib import Path
 import pandas as pd
 from mlflow import MlflowClient
 
-from analysis.figures import FIGURES, FigureSkipped, prediction_errors
-from analysis.load import latest_parent, load_runs
-from analysis.runs import best_per_category, configs, fmt, metric, with_interval
+from .figures import FIGURES, FigureSkipped, prediction_errors
+from .load import latest_parent, load_runs
+from .runs import best_per_category, configs, fmt, metric, with_interval
 
 log = logging.getLogger(__name__)
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import argparse
 import json
 
-from stagedspec.decoding import SpeculativeDecoder
+from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.drafters import KatzNgramDrafter, PromptLookupDrafter
-from stagedspec.sampling import SamplingConfig
-from stagedspec.stats import summarize
+from stagedspec.engine.sampling import SamplingConfig
+from stagedspec.metrics.round_stats import summarize
 
 from common import add_common_args, setup
 

@@ -16,12 +16,12 @@ import json
 import time
 
 
-from stagedspec.decoding import SpeculativeDecoder
+from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.drafters import KatzNgramDrafter, ModelDrafter, PromptLookupDrafter
-from stagedspec.models import truncated_copy
-from stagedspec.sampling import SamplingConfig
-from stagedspec.stats import summarize
-from stagedspec.tree import TreeShape
+from stagedspec.models.model_loading import truncated_copy
+from stagedspec.engine.sampling import SamplingConfig
+from stagedspec.metrics.round_stats import summarize
+from stagedspec.engine.tree import TreeShape
 
 from common import add_common_args, hf_generate, setup
 

@@ -21,9 +21,9 @@ import time
 
 import torch
 
-from stagedspec.kernels import HF_PLAN, KernelPlan, available_paths, calibrate
-from stagedspec.kvmodel import KVModel
-from stagedspec.models import ModelSpec, load_model
+from stagedspec.engine.kernels import HF_PLAN, KernelPlan, available_paths, calibrate
+from stagedspec.engine.kv_cache import KVModel
+from stagedspec.models.model_loading import ModelSpec, load_model
 
 NS = (1, 2, 3, 4, 6, 8, 12, 16)
 
@@ -44,8 +44,8 @@ def mismatches(target, hf_model, plan, prompts: list[list[int]], n_new: int) -> 
     where they differ (None when identical) and the target's top-2 logit gap there,
     computed through Hugging Face's path on the common prefix (a near-tie, not a bug,
     when the gap is within the fast kernels' rounding)."""
-    from stagedspec.decoding import SpeculativeDecoder
-    from stagedspec.sampling import SamplingConfig
+    from stagedspec.engine.decoding import SpeculativeDecoder
+    from stagedspec.engine.sampling import SamplingConfig
 
     from common import hf_generate
 

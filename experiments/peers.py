@@ -289,7 +289,7 @@ def config_hash(args, files: dict[str, Path], methods: list[str] | None = None) 
 
 def pick_prompts(questions: list, n: int) -> list:
     """``n`` questions balanced across categories, round-robin so a few span several."""
-    from stagedspec.data import balanced
+    from stagedspec.prompts.prompt_sets import balanced
 
     cats = list(dict.fromkeys(q.category for q in questions))
     qs = balanced(questions, -(-n // len(cats))) if cats else []
@@ -302,7 +302,7 @@ def pick_prompts(questions: list, n: int) -> list:
 
 
 def ours_fn(target, make, sampling, eos, plan) -> RunFn:
-    from stagedspec.decoding import SpeculativeDecoder
+    from stagedspec.engine.decoding import SpeculativeDecoder
 
     def run(prompts, n):
         res = SpeculativeDecoder(target.model, make(), sampling, eos, plan=plan).generate(prompts, n)
@@ -323,11 +323,11 @@ def hf_fn(model, eos, temperature, **kw) -> RunFn:
 
 def our_methods(target, files: dict[str, Path], k: int, tree: str | None, lower_k: int) -> tuple[dict, dict]:
     """name -> factory of a fresh drafter (None: plain decoding), and name -> why skipped."""
-    from stagedspec.draft_models import load_draft
+    from stagedspec.models.draft_files import load_draft
     from stagedspec.drafters import KatzNgramDrafter, ModelDrafter, PromptLookupDrafter
     from stagedspec.drafters.feature import FeatureDrafter
-    from stagedspec.hierarchy import _corpus_lm
-    from stagedspec.tree import TreeShape
+    from stagedspec.drafters.hierarchy import _corpus_lm
+    from stagedspec.engine.tree import TreeShape
 
     V = target.vocab_size
     made, skipped = {"ar": lambda: None}, {}
@@ -444,7 +444,7 @@ def pair_hf_methods(args, hf_model, hf_draft, eos) -> tuple[dict, dict, dict]:
 def hf_methods(args, hf_model, target_name: str, files: dict[str, Path], eos) -> tuple[dict, dict, dict]:
     """name -> RunFn of the HF methods that work here, name -> why skipped, and the
     assistant's settings as used."""
-    from stagedspec.draft_models import load_draft, standalone_causal_lm
+    from stagedspec.models.draft_files import load_draft, standalone_causal_lm
 
     T = args.temperature
     made = {REFERENCE: hf_fn(hf_model, eos, T)}
@@ -557,11 +557,11 @@ def main(argv=None) -> None:
     import torch
 
     from bench_drafts import draft_files
-    from stagedspec.data import load_prompt_set
-    from stagedspec.kernels import kernel_plan, memory_bandwidth, weight_bytes
-    from stagedspec.models import ModelSpec, load_model
-    from stagedspec.sampling import SamplingConfig
-    from stagedspec.text import encode_prompt, eos_token_ids
+    from stagedspec.prompts.prompt_sets import load_prompt_set
+    from stagedspec.engine.kernels import kernel_plan, memory_bandwidth, weight_bytes
+    from stagedspec.models.model_loading import ModelSpec, load_model
+    from stagedspec.engine.sampling import SamplingConfig
+    from stagedspec.models.chat_text import encode_prompt, eos_token_ids
 
     torch.set_num_threads(args.threads)
     out = Path(args.out) if args.out else REPO / "outputs" / "peers" / args.data

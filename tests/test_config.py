@@ -12,10 +12,10 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from omegaconf import DictConfig
 
-from stagedspec import models
+from stagedspec.models import model_loading as models
 from stagedspec.app.identity import config_hash, sweep_id
 from stagedspec.app.plan import CONF_DIR, ConfigError, instantiate, levels_from_cfg, validate_cfg
-from stagedspec.data import SPEC_BENCH_CATEGORIES
+from stagedspec.prompts.prompt_sets import SPEC_BENCH_CATEGORIES
 
 PRESETS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
 
@@ -257,7 +257,7 @@ BAD = [
 
 @pytest.mark.parametrize("overrides, words", BAD, ids=[" ".join(o) for o, _ in BAD])
 def test_bad_override_fails_before_loading(hydra_ctx, questions_file, no_model_loads, tmp_path, overrides, words):
-    from stagedspec.app import run
+    from stagedspec.app import run_entry as run
 
     cfg = make("experiment=tiny", "data=spec_bench", f"data.path={questions_file}", "tracking=none", *overrides)
     with pytest.raises(ConfigError) as e:
@@ -267,7 +267,7 @@ def test_bad_override_fails_before_loading(hydra_ctx, questions_file, no_model_l
 
 
 def test_malformed_jsonl_line_is_named(hydra_ctx, no_model_loads, tmp_path):
-    from stagedspec.app import run
+    from stagedspec.app import run_entry as run
 
     bad = bad_jsonl(tmp_path)
     with pytest.raises(ConfigError, match=f"{bad}:2"):
@@ -291,7 +291,7 @@ def test_drafter_with_another_vocabulary_fails_before_models_load(hydra_ctx, que
 def test_tokenizer_mismatch_is_caught_after_loading_before_decoding(tmp_path):
     """Same size, different tokens: only the loaded tokenizers tell, and the build step
     refuses it (naming the level) before any decoding."""
-    from stagedspec.models import check_compatible
+    from stagedspec.models.model_loading import check_compatible
 
     class Tok:
         def __init__(self, vocab):

@@ -181,7 +181,7 @@ def test_a_real_run_on_tiny_models(tmp_path):
     """HF generate and our decoders on a tiny random Llama, through the same loop: ours
     equal HF greedy at batch 1 and 2."""
     from stagedspec.drafters import KatzNgramDrafter
-    from stagedspec.sampling import SamplingConfig
+    from stagedspec.engine.sampling import SamplingConfig
     from tests.helpers import tiny_target
 
     target = tiny_target()
@@ -212,7 +212,7 @@ def test_a_real_run_on_tiny_models(tmp_path):
 
 
 def peers_plan():
-    from stagedspec.kernels import HF_PLAN
+    from stagedspec.engine.kernels import HF_PLAN
 
     return HF_PLAN
 
@@ -237,7 +237,7 @@ def test_hf_methods_on_a_tiny_target_with_a_layers_draft(tmp_path):
 
     import torch
 
-    from stagedspec.draft_models import build_draft, save_draft
+    from stagedspec.models.draft_files import build_draft, save_draft
     from tests.helpers import tiny_target
 
     target = tiny_target()

@@ -43,7 +43,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from analysis.names import PARENT_TAG, ROLE_TAG
+from stagedspec.metrics.run_schema import PARENT_TAG, ROLE_TAG
 
 from .identity import sweep_id, sweep_name
 

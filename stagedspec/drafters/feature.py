@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import torch
 
-from ..tree import TreeShapeT
-from .model import ModelDrafter
+from stagedspec.engine.tree import TreeShapeT
+from .model_drafter import ModelDrafter
 
 
 class FeatureDrafter(ModelDrafter):

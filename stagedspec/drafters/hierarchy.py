@@ -16,9 +16,9 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
-from .drafters.base import Drafter
-from .models import LoadedModel, ModelSpec
-from .tree import AutoShape, TreeShape, TreeShapeT
+from stagedspec.engine.drafter_protocol import Drafter
+from stagedspec.models.model_loading import LoadedModel, ModelSpec
+from stagedspec.engine.tree import AutoShape, TreeShape, TreeShapeT
 
 
 def _check_k(name: str, k: Any) -> None:
@@ -38,7 +38,7 @@ class _TreeLevel:
         return TreeShape.parse(self.tree)
 
 
-ASSETS = Path(__file__).resolve().parent / "assets"
+ASSETS = Path(__file__).resolve().parents[1] / "assets"
 EMBEDDED_ASSETS = {
     "embedded-feature": "smollm2-135m.feature.safetensors",
     "embedded-layers": "smollm2-135m.layers.safetensors",
@@ -92,7 +92,7 @@ class NgramLevel(_TreeLevel):
         self.shape  # parsing is the check
 
     def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
-        from .drafters.ngram import KatzNgramDrafter
+        from .ngram_drafters import KatzNgramDrafter
         from .ngram_lm import KatzBackoffLM
 
         if lower is not None:
@@ -133,7 +133,7 @@ class PromptLookupLevel:
             )
 
     def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
-        from .drafters.ngram import PromptLookupDrafter
+        from .ngram_drafters import PromptLookupDrafter
 
         if lower is not None:
             raise ValueError(f"level {self.name!r}: prompt lookup must be the lowest level of a hierarchy")
@@ -161,7 +161,7 @@ class BypassLevel:
                              f"{self.min_match!r}, max_match={self.max_match!r}")
 
     def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
-        from .drafters.bypass import BypassDrafter
+        from .bypass import BypassDrafter
 
         return BypassDrafter(lower, k=self.k, min_match=self.min_match, max_match=self.max_match, name=self.name)
 
@@ -191,12 +191,12 @@ class ModelLevel(_TreeLevel):
                              f"or null (the full head), got {self.head!r}")
 
     def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
-        from .drafters.model import ModelDrafter
-        from .models import check_compatible
+        from .model_drafter import ModelDrafter
+        from stagedspec.models.model_loading import check_compatible
 
         spec = self.spec()
         if spec.source == "truncated":
-            from .models import truncated_copy
+            from stagedspec.models.model_loading import truncated_copy
 
             small = truncated_copy(target, spec.layers)
         else:
@@ -204,7 +204,7 @@ class ModelLevel(_TreeLevel):
         check_compatible(target, small, self.name)
         model = small.model
         if self.head is not None:
-            from .drafters.pruned_head import head_subset, pruned_copy
+            from .pruned_head import head_subset, pruned_copy
 
             model = pruned_copy(model, head_subset(small, self.head))
         return ModelDrafter(model, k=self.k, lower=lower, tree=self.shape, name=self.name)
@@ -229,7 +229,7 @@ class TrainedLevel(_TreeLevel):
 
     @cached_property
     def meta(self):
-        from .draft_models import read_meta
+        from stagedspec.models.draft_files import read_meta
 
         return read_meta(self.path)
 
@@ -243,9 +243,9 @@ class TrainedLevel(_TreeLevel):
         self.shape
 
     def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
-        from .draft_models import load_draft
-        from .drafters.feature import FeatureDrafter
-        from .drafters.model import ModelDrafter
+        from stagedspec.models.draft_files import load_draft
+        from .feature import FeatureDrafter
+        from .model_drafter import ModelDrafter
 
         draft = load_draft(self.path, target.model, target.name)  # refuses a draft of another target
         if draft.design == "feature":
@@ -311,7 +311,7 @@ def build_hierarchy(
     for lv in levels:
         drafter = lv.build(drafter, target, loader)
     if drafter is not None and isinstance(drafter.tree, AutoShape):
-        from .tree_search import attach
+        from stagedspec.search.auto_tree import attach
 
         attach(drafter, target, hierarchy_key=hierarchy_key(levels))
     return drafter

@@ -7,9 +7,10 @@ import time
 
 import torch
 
-from ..ngram_lm import KatzBackoffLM, prompt_lookup_candidates
-from ..tree import DraftTree, TreeShapeT
-from .base import Drafter, NodeDist, grow_trees
+from .ngram_lm import KatzBackoffLM, prompt_lookup_candidates
+from stagedspec.engine.tree import DraftTree, TreeShapeT
+from stagedspec.engine.drafter_protocol import Drafter
+from .tree_growth import NodeDist, grow_trees
 
 
 class KatzNgramDrafter(Drafter):

@@ -27,7 +27,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 from .kernels import HF_PLAN, KernelPlan, install
-from .models import check_logit_processing, final_logit_processing
+from .logit_processing import check_logit_processing, final_logit_processing
 
 _DUMMY = -2  # parent marker of a padding slot
 

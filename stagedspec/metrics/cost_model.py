@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .stats import GenerationResult
+from .round_stats import GenerationResult
 
 
 def yield_moments(alpha: float, depths: Counter) -> tuple[float, float]:

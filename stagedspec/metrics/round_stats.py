@@ -41,16 +41,8 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Iterable
 
-TARGET = "target"
-
-
-def method_name(level_names: Iterable[str]) -> str:
-    """A hierarchy's name: its draft levels, lowest first, then the target, e.g.
-    "ngram>small>target"; plain decoding is "target". (``analysis/names.py`` reads it back.)"""
-    return ">".join([*level_names, TARGET])
-
+from .run_schema import TARGET
 
 def geometric_tokens(alpha: float, depth: int) -> float:
     """1 + alpha + ... + alpha^depth: expected tokens per verification of a chain of

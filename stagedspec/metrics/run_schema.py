@@ -1,19 +1,27 @@
-"""The names a sweep's runs are stored under, shared by the writer and the readers.
+"""The schema of a run: the names a sweep's runs are stored under, shared by the writer
+and the readers, and the method format ("ngram>small>target"), built and parsed here.
 
-The tracker (``stagedspec/app/tracking.py``) writes these tags and the report reads them
-back; a method is named by its draft levels, lowest first, then the target:
-"ngram>small>target" (``stagedspec.stats.method_name`` builds it). Standard library
-only: the tracker imports this module without pulling in the report's pandas, and the
-report reads runs without importing the decoding engine.
+The engine names its methods with ``method_name``, the tracker (``stagedspec/app/tracking.py``)
+writes these tags and the report (``analysis/``) reads them back with ``levels_of``. Standard
+library only: the tracker imports this module without pulling in the report's pandas, and
+the report reads runs without importing the decoding engine.
 """
 
 from __future__ import annotations
+
+from typing import Iterable
 
 ROLE_TAG = "stagedspec.role"
 """``parent`` (one per sweep) or ``child`` (one per job)."""
 PARENT_TAG = "mlflow.parentRunId"  # what the MLflow UI nests runs by
 TARGET = "target"
 """The last name in a method, and the level that proposed the target's own tokens."""
+
+
+def method_name(level_names: Iterable[str]) -> str:
+    """A hierarchy's name: its draft levels, lowest first, then the target, e.g.
+    "ngram>small>target"; plain decoding is "target". (``levels_of`` reads it back.)"""
+    return ">".join([*level_names, TARGET])
 
 
 def levels_of(method: str) -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .models import LoadedModel
+from .model_loading import LoadedModel
 
 
 def encode_prompt(tokenizer: Any, turns: list[str] | str, history: list[tuple[str, str]] | None = None) -> list[int]:

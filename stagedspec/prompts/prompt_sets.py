@@ -107,7 +107,7 @@ def default_data_path() -> Path:
     env = os.environ.get(DATA_ENV)
     if env:
         return Path(env).expanduser().resolve()
-    repo_root = Path(__file__).resolve().parent.parent
+    repo_root = Path(__file__).resolve().parents[2]
     return (repo_root.parent / "shared" / "data" / "spec_bench_dev.jsonl").resolve()
 
 

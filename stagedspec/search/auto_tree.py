@@ -44,9 +44,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from .kernels import HF_PLAN, KernelPlan, cpu_name
-from .sampling import SamplingConfig, probabilities
-from .tree import AutoShape, DraftTree, StaticShape, TreeShape, chain, widths_to_paths
+from stagedspec.engine.kernels import HF_PLAN, KernelPlan, cpu_name
+from stagedspec.engine.sampling import SamplingConfig, probabilities
+from stagedspec.engine.tree import AutoShape, DraftTree, StaticShape, TreeShape, chain, widths_to_paths
 
 log = logging.getLogger(__name__)
 
@@ -375,10 +375,10 @@ def calibration_prompts(target, n: int, source: str = "data", seed: int = 0) -> 
             base = [rng.randrange(target.vocab_size) for _ in range(rng.randrange(6, 16))]
             out.append(base + base[: len(base) // 2])
         return out
-    from .text import encode_prompt
+    from stagedspec.models.chat_text import encode_prompt
 
     if source == "data":
-        from . import data
+        from stagedspec.prompts import prompt_sets as data
 
         try:
             questions = data.load_questions(data.default_data_path())
@@ -391,7 +391,7 @@ def calibration_prompts(target, n: int, source: str = "data", seed: int = 0) -> 
             cols = [list(reversed(qs)) for qs in by_cat.values()]  # the last of each category first
             picked = [col[i] for i in range(max(map(len, cols))) for col in cols if i < len(col)][:n]
             return [encode_prompt(target.tokenizer, q.turns[:1]) for q in picked]
-    from .training_prompts import training_prompts
+    from stagedspec.prompts.training_prompts import training_prompts
 
     return [encode_prompt(target.tokenizer, turns[:1]) for turns in training_prompts(n, seed=seed + 12345)]
 
@@ -458,7 +458,7 @@ def _time_propose(drafter, ctx: list[int], shape, sampling, gen, plan, repeats: 
 def _time_verify(target_model, ctx: list[int], sizes: list[int], plan: KernelPlan, repeats: int) -> dict[str, float]:
     """Median ms of one cached target forward scoring n positions (the root and n - 1
     draft nodes hanging from it, so the forward takes a tree mask as in verification)."""
-    from .kvmodel import KVModel
+    from stagedspec.engine.kv_cache import KVModel
 
     kv = KVModel(target_model, name="calibration", plan=plan)
     kv.reset(1)
@@ -507,7 +507,7 @@ def calibrate(drafter, target, sampling: SamplingConfig, plan: KernelPlan, auto:
               prompts: list[list[int]] | None = None) -> Calibration:
     """Measure everything ``choose`` needs (see the module docstring). Leaves ``drafter.tree``
     at the calibration shape; the caller sets the chosen one."""
-    from .decoding import SpeculativeDecoder
+    from stagedspec.engine.decoding import SpeculativeDecoder
 
     t0 = time.perf_counter()
     prompts = prompts or calibration_prompts(target, auto.prompts, auto.source)
