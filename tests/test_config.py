@@ -185,7 +185,7 @@ def test_top_level_tree_goes_to_the_top_level(hydra_ctx, questions_file):
 def test_instantiate_allows_only_our_classes():
     with pytest.raises(ConfigError, match="os.system"):
         instantiate({"_target_": "os.system", "command": "true"}, "x")
-    spec = instantiate({"_target_": "stagedspec.models.ModelSpec", "source": "tiny"})
+    spec = instantiate({"_target_": "stagedspec.models.model_loading.ModelSpec", "source": "tiny"})
     assert isinstance(spec, models.ModelSpec) and spec.source == "tiny"
 
 
@@ -220,7 +220,7 @@ def bad_jsonl(tmp_path: Path) -> Path:
 
 BAD = [
     # (overrides, words the error must contain)
-    (["+levels.foo={_target_:stagedspec.hierarchy.Nope,k:2}"], ["levels.foo", "stagedspec.hierarchy.Nope", "NgramLevel"]),
+    (["+levels.foo={_target_:stagedspec.drafters.hierarchy.Nope,k:2}"], ["levels.foo", "stagedspec.drafters.hierarchy.Nope", "NgramLevel"]),
     (["levels.small._target_=builtins.eval"], ["levels.small", "builtins.eval", "ModelLevel"]),
     (["+levels.foo={k:2}"], ["levels.foo", "no _target_", "katz"]),
     (["levels.small.k=0"], ["levels.small: draft length k", "got 0"]),
@@ -237,7 +237,7 @@ BAD = [
     (["levels.copy.enabled=true", "tree=auto"], ["'small'", "tree=auto", "'copy'", "levels.copy=null"]),
     (["levels.small=null", "+drafter@levels.lookup=prompt_lookup", "tree=dynamic"], ["'lookup'", "chains only"]),
     (["+drafter@levels.late=katz", "levels.late.stage=3"], ["'late'", "lowest"]),
-    (["+levels.x={_target_:stagedspec.hierarchy.NgramLevel}"], ["['x']", "stage"]),
+    (["+levels.x={_target_:stagedspec.drafters.hierarchy.NgramLevel}"], ["['x']", "stage"]),
     (["data.categories=[qa,poetry]"], ["poetry"]),
     (["data.path=/nonexistent/questions.jsonl"], ["/nonexistent/questions.jsonl"]),
     # keys nothing reads: named, with the nearest valid one (a '+' adds a key, it fixes no typo)
@@ -332,3 +332,12 @@ def test_prompt_set_filters(hydra_ctx, no_model_loads):
     plan = validate_cfg(make("data=mt_bench", "data.categories=[coding,math]", "data.per_category=2", "data.max_turns=1"))
     assert [(q.category, len(q.turns)) for q in plan.questions] == [("math", 1)] * 2 + [("coding", 1)] * 2
     assert len(validate_cfg(make("data=mt_bench", "data.limit=5")).questions) == 5
+
+
+def test_every_allowed_target_keeps_its_hashed_spelling():
+    """Config hashes spell ``_target_`` as before the rooms (issue 19): a class the configs
+    may name without an entry in ``HASHED_TARGETS`` would hash under its new path."""
+    from stagedspec.app.identity import HASHED_TARGETS
+    from stagedspec.app.plan import ALLOWED_TARGETS
+
+    assert set(ALLOWED_TARGETS) == set(HASHED_TARGETS)

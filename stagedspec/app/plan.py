@@ -29,13 +29,13 @@ from stagedspec.metrics.run_schema import method_name
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 LEVEL_TARGETS = (
-    "stagedspec.hierarchy.NgramLevel",
-    "stagedspec.hierarchy.PromptLookupLevel",
-    "stagedspec.hierarchy.BypassLevel",
-    "stagedspec.hierarchy.ModelLevel",
-    "stagedspec.hierarchy.TrainedLevel",
+    "stagedspec.drafters.hierarchy.NgramLevel",
+    "stagedspec.drafters.hierarchy.PromptLookupLevel",
+    "stagedspec.drafters.hierarchy.BypassLevel",
+    "stagedspec.drafters.hierarchy.ModelLevel",
+    "stagedspec.drafters.hierarchy.TrainedLevel",
 )
-ALLOWED_TARGETS = LEVEL_TARGETS + ("stagedspec.models.ModelSpec", "stagedspec.sampling.SamplingConfig")
+ALLOWED_TARGETS = LEVEL_TARGETS + ("stagedspec.models.model_loading.ModelSpec", "stagedspec.engine.sampling.SamplingConfig")
 
 LEVEL_META_KEYS = ("stage", "enabled")
 """Keys of a level dict that the runner reads (ordering, on/off) and the level never sees."""
