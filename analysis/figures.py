@@ -25,8 +25,31 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from stagedspec.metrics.run_schema import TARGET, levels_of
-from .plotting import MARKERS, ar_line, error_bars, finish, int_values, label, line_figure, lines, new_figure, save, suptitle, varying
-from .runs import FigureSkipped, at_reference_batch, best_per_category, column, configs, fmt, metric, single_x_note, speculative
+from .plotting import (
+    MARKERS,
+    ar_line,
+    error_bars,
+    finish,
+    int_values,
+    label,
+    line_figure,
+    lines,
+    new_figure,
+    save,
+    suptitle,
+    varying,
+)
+from .runs import (
+    FigureSkipped,
+    at_reference_batch,
+    best_per_category,
+    column,
+    configs,
+    fmt,
+    metric,
+    single_x_note,
+    speculative,
+)
 from .theory import expected_tokens_per_call
 
 DRAFT_K_AXIS = "draft length k of the level below the target (tokens)"

@@ -13,12 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 
-from stagedspec.engine.decoding import SpeculativeDecoder
+from common import add_common_args, setup
 from stagedspec.drafters import KatzNgramDrafter, PromptLookupDrafter
+from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.metrics.round_stats import summarize
-
-from common import add_common_args, setup
 
 
 def run(dec: SpeculativeDecoder, prompts: list[list[int]], bs: int, n: int):

@@ -23,18 +23,17 @@ from pathlib import Path
 
 import torch
 
-from stagedspec.engine.decoding import SpeculativeDecoder
-from stagedspec.models.draft_files import load_draft
+from common import add_common_args, geomean_ci, hf_generate, per_token_alpha, setup
 from stagedspec.drafters import KatzNgramDrafter, ModelDrafter
 from stagedspec.drafters.feature import FeatureDrafter
 from stagedspec.drafters.hierarchy import ASSETS, EMBEDDED_ASSETS, _corpus_lm
+from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.kernels import kernel_plan
-from stagedspec.models.model_loading import ModelSpec, load_model, truncated_copy
 from stagedspec.engine.sampling import SamplingConfig
-from stagedspec.models.chat_text import eos_token_ids
 from stagedspec.engine.tree import TreeShape
-
-from common import add_common_args, geomean_ci, hf_generate, per_token_alpha, setup
+from stagedspec.models.chat_text import eos_token_ids
+from stagedspec.models.draft_files import load_draft
+from stagedspec.models.model_loading import ModelSpec, load_model, truncated_copy
 
 
 def draft_files(folder: str | None) -> dict[str, Path]:

@@ -16,14 +16,13 @@ import json
 import time
 
 
-from stagedspec.engine.decoding import SpeculativeDecoder
-from stagedspec.drafters import KatzNgramDrafter, ModelDrafter, PromptLookupDrafter
-from stagedspec.models.model_loading import truncated_copy
-from stagedspec.engine.sampling import SamplingConfig
-from stagedspec.metrics.round_stats import summarize
-from stagedspec.engine.tree import TreeShape
-
 from common import add_common_args, hf_generate, setup
+from stagedspec.drafters import KatzNgramDrafter, ModelDrafter, PromptLookupDrafter
+from stagedspec.engine.decoding import SpeculativeDecoder
+from stagedspec.engine.sampling import SamplingConfig
+from stagedspec.engine.tree import TreeShape
+from stagedspec.metrics.round_stats import summarize
+from stagedspec.models.model_loading import truncated_copy
 
 
 def methods(target, small_layers: int):

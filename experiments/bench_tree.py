@@ -24,15 +24,14 @@ from pathlib import Path
 import torch
 import yaml
 
-from stagedspec.engine.decoding import SpeculativeDecoder
+from common import add_common_args, setup
 from stagedspec.drafters import KatzNgramDrafter
+from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.kernels import kernel_plan
 from stagedspec.engine.sampling import SamplingConfig
-from stagedspec.metrics.round_stats import summarize
 from stagedspec.engine.tree import AutoShape, DynamicShape, StaticShape, TreeShape, chain
+from stagedspec.metrics.round_stats import summarize
 from stagedspec.search.auto_tree import attach
-
-from common import add_common_args, setup
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "tree"
 

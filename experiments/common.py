@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from stagedspec.prompts.prompt_sets import balanced, default_data_path, load_questions
-from stagedspec.models.model_loading import LoadedModel, ModelSpec, load_model
 from stagedspec.models.chat_text import encode_prompt
+from stagedspec.models.model_loading import LoadedModel, ModelSpec, load_model
+from stagedspec.prompts.prompt_sets import balanced, default_data_path, load_questions
 
 CATEGORIES = ["summarization", "qa", "translation", "math_reasoning", "rag", "writing", "coding", "extraction"]
 

@@ -51,7 +51,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(REPO))
 
-from common import add_common_args, geomean_ci, hf_generate  # noqa: E402
+from common import add_common_args, geomean_ci, hf_generate
 
 REFERENCE = "hf"
 RunFn = Callable[[list[list[int]], int], dict]

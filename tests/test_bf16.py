@@ -22,13 +22,13 @@ import math
 import pytest
 import torch
 
-from stagedspec.prompts.prompt_sets import balanced, default_data_path, load_questions
-from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.drafters import KatzNgramDrafter
-from stagedspec.models.model_loading import ModelSpec, load_model
+from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.sampling import SamplingConfig
-from stagedspec.models.chat_text import encode_prompt
 from stagedspec.engine.tree import TreeShape
+from stagedspec.models.chat_text import encode_prompt
+from stagedspec.models.model_loading import ModelSpec, load_model
+from stagedspec.prompts.prompt_sets import balanced, default_data_path, load_questions
 
 pytestmark = pytest.mark.slow
 N_NEW = 24

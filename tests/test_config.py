@@ -12,9 +12,9 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from omegaconf import DictConfig
 
-from stagedspec.models import model_loading as models
 from stagedspec.app.identity import config_hash, sweep_id
 from stagedspec.app.plan import CONF_DIR, ConfigError, instantiate, levels_from_cfg, validate_cfg
+from stagedspec.models import model_loading as models
 from stagedspec.prompts.prompt_sets import SPEC_BENCH_CATEGORIES
 
 PRESETS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))

@@ -5,7 +5,19 @@ from pathlib import Path
 
 import pytest
 
-from stagedspec.prompts.prompt_sets import HUMANEVAL_INSTRUCTION, MT_BENCH_CATEGORIES, SPEC_BENCH_CATEGORIES, Question, balanced, default_data_path, humaneval_question, load_prompt_set, load_questions, package_file, prompt_set_path
+from stagedspec.prompts.prompt_sets import (
+    HUMANEVAL_INSTRUCTION,
+    MT_BENCH_CATEGORIES,
+    SPEC_BENCH_CATEGORIES,
+    Question,
+    balanced,
+    default_data_path,
+    humaneval_question,
+    load_prompt_set,
+    load_questions,
+    package_file,
+    prompt_set_path,
+)
 
 ROWS = [
     {"question_id": 1, "category": "writing", "turns": ["Write a poem.", "Shorter."]},

@@ -9,16 +9,22 @@ import functools
 import pytest
 import torch
 
-from stagedspec.engine.decoding import SpeculativeDecoder
-from stagedspec.training.distillation import TrainConfig, agreement, generate_corpus, target_features, train_draft, vocab_subset
-from stagedspec.models.draft_files import build_draft, load_draft, read_meta, save_draft
 from stagedspec.drafters import KatzNgramDrafter, ModelDrafter
 from stagedspec.drafters.feature import FeatureDrafter
-from stagedspec.engine.kernels import KernelPlan
 from stagedspec.drafters.ngram_lm import KatzBackoffLM, read_corpus, write_corpus
+from stagedspec.engine.decoding import SpeculativeDecoder
+from stagedspec.engine.kernels import KernelPlan
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.engine.tree import TreeShape
-
+from stagedspec.models.draft_files import build_draft, load_draft, read_meta, save_draft
+from stagedspec.training.distillation import (
+    TrainConfig,
+    agreement,
+    generate_corpus,
+    target_features,
+    train_draft,
+    vocab_subset,
+)
 from .helpers import hf_greedy, tiny_target
 from .test_greedy_exact import N_NEW, _prompts, _reference
 from .test_sampling_exact import V, chi2, chi2_critical

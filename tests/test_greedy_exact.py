@@ -11,7 +11,6 @@ from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.kv_cache import KVModel
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.engine.tree import TreeShape, chain
-
 from .helpers import hf_greedy, hierarchy, tiny_target
 
 N_NEW = 40

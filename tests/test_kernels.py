@@ -20,7 +20,6 @@ from stagedspec.engine.kv_cache import KVModel, SlotLayer
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.engine.tree import DraftTree, TreeShape
 from stagedspec.engine.verification import verify_tree, verify_tree_greedy
-
 from .helpers import hf_greedy, hierarchy, tiny_target
 from .test_greedy_exact import N_NEW, _prompts, _reference
 

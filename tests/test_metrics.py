@@ -9,17 +9,16 @@ import math
 import pytest
 import torch
 
-from stagedspec.metrics import cost_model
-from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.drafters import KatzNgramDrafter, ModelDrafter
+from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.drafter_protocol import Drafter
-from stagedspec.evaluation.paired import BatchRun, MethodRun, job_metrics
-from stagedspec.metrics.intervals import rate_interval, speedup_interval, t975
-from stagedspec.models.model_loading import truncated_copy
 from stagedspec.engine.sampling import SamplingConfig
-from stagedspec.metrics.round_stats import GenerationResult, PhaseTimes, RoundStats, SequenceResult, geometric_tokens
 from stagedspec.engine.tree import DraftTree
-
+from stagedspec.evaluation.paired import BatchRun, MethodRun, job_metrics
+from stagedspec.metrics import cost_model
+from stagedspec.metrics.intervals import rate_interval, speedup_interval, t975
+from stagedspec.metrics.round_stats import GenerationResult, PhaseTimes, RoundStats, SequenceResult, geometric_tokens
+from stagedspec.models.model_loading import truncated_copy
 from .helpers import tiny_target
 from .test_greedy_exact import _prompts
 

@@ -8,8 +8,15 @@ import pytest
 import torch
 
 from stagedspec.models import model_loading as models
-from stagedspec.models.model_loading import LoadedModel, ModelSpec, check_compatible, load_model, save_cache_atomically, truncated_copy
 from stagedspec.models.chat_text import encode_prompt
+from stagedspec.models.model_loading import (
+    LoadedModel,
+    ModelSpec,
+    check_compatible,
+    load_model,
+    save_cache_atomically,
+    truncated_copy,
+)
 
 
 def _tiny(**kw) -> LoadedModel:

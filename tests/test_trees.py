@@ -17,13 +17,12 @@ import pytest
 import torch
 import yaml
 
-from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.drafters import KatzNgramDrafter, ModelDrafter
-from stagedspec.models.model_loading import truncated_copy
+from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.engine.tree import AutoShape, DraftTree, DynamicShape, StaticShape, TreeShape
+from stagedspec.models.model_loading import truncated_copy
 from stagedspec.search.auto_tree import Calibration, _Recorder, acceptance_matrix, attach, best_trees, choose, replay
-
 from .helpers import hf_greedy, other_small, tiny_target
 from .test_drafts import _peaked, draw_positions_3_4, exact_positions_3_4
 from .test_greedy_exact import N_NEW, _prompts, _reference

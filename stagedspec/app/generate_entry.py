@@ -15,12 +15,12 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.drafters.hierarchy import build_hierarchy
+from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.kernels import kernel_plan
-from stagedspec.models.model_loading import load_cached
 from stagedspec.metrics.round_stats import GenerationResult
 from stagedspec.models.chat_text import encode, eos_token_ids, ids_to_text
+from stagedspec.models.model_loading import load_cached
 from .cli import config_errors
 from .plan import CONF_DIR, ConfigError, validate_cfg
 

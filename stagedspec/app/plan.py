@@ -23,8 +23,10 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from stagedspec.prompts import prompt_sets
+from stagedspec.drafters.hierarchy import target_facing, validate_levels
 from stagedspec.metrics.run_schema import method_name
+from stagedspec.models.model_loading import SOURCES, peek_vocab_size
+from stagedspec.prompts import prompt_sets
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
@@ -238,8 +240,6 @@ def levels_from_cfg(cfg: DictConfig) -> list[Any]:
     if shape is not None:
         if not levels:
             raise ConfigError(f"tree: shape {shape!r} needs at least one draft level (all levels are off)")
-        from stagedspec.drafters.hierarchy import target_facing
-
         i = target_facing(levels)
         top = levels[i] if i >= 0 else levels[-1]
         if not hasattr(top, "tree"):
@@ -306,8 +306,6 @@ class JobPlan:
     def tree(self) -> str:
         """The tree shape sent to the target as text ("chain" for a chain): the shape of the
         level drafting for the target (under a bypass level, the one it passes rounds to)."""
-        from stagedspec.drafters.hierarchy import target_facing
-
         i = target_facing(self.levels) if self.levels else -1
         shape = getattr(self.levels[i], "shape", None) if i >= 0 else None
         return "chain" if shape is None else str(shape)
@@ -391,8 +389,6 @@ def _load_data(cfg: DictConfig) -> tuple[Path, list[Any], str]:
 
 def _check_spec_fields(spec: Any, where: str) -> None:
     """A ``path`` its source never reads, refused (see ``PATH_SOURCES``)."""
-    from stagedspec.models.model_loading import SOURCES
-
     if spec.path is not None and spec.source in SOURCES and spec.source not in PATH_SOURCES:
         raise ConfigError(
             f"{where}.path={spec.path!r} is ignored by source {spec.source!r}; a path is read by source "
@@ -404,8 +400,6 @@ def _check_spec_fields(spec: Any, where: str) -> None:
 def _check_vocab_sizes(target: Any, levels: list[Any]) -> None:
     """A model level with another vocabulary than the target's, refused from the configs'
     metadata before any weights load (the full tokenizer comparison runs at build time)."""
-    from stagedspec.models.model_loading import peek_vocab_size
-
     want = None
     for lv in levels:
         spec = lv.spec() if hasattr(lv, "spec") else None
@@ -432,8 +426,6 @@ def validate_cfg(cfg: DictConfig, with_data: bool = True, extra_keys: tuple[str,
     can only be found once the models are loaded; ``ModelLevel.build`` checks it then,
     before decoding, naming the level.
     """
-    from stagedspec.drafters.hierarchy import validate_levels
-
     check_keys(cfg, extra_keys)
     batch_size = _check_int(cfg, "batch_size", 1)
     max_new_tokens = _check_int(cfg, "max_new_tokens", 1)

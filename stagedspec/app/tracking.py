@@ -44,7 +44,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from stagedspec.metrics.run_schema import PARENT_TAG, ROLE_TAG
-
+from .cli import CliError, swept_keys, validate_single, validate_sweep
 from .identity import sweep_id, sweep_name
 
 log = logging.getLogger(__name__)
@@ -445,8 +445,6 @@ class TrackingCallback(Callback):
         self.parent_run_id: str | None = None
 
     def _start(self, config: DictConfig, multirun: bool) -> None:
-        from .cli import CliError, swept_keys, validate_single, validate_sweep
-
         if not HydraConfig.initialized():  # `${hydra:...}` in tracking.uri needs it
             HydraConfig.instance().set_config(config)
         n_jobs, swept, plans = 1, [], None

@@ -17,8 +17,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 from stagedspec.engine.drafter_protocol import Drafter
-from stagedspec.models.model_loading import LoadedModel, ModelSpec
 from stagedspec.engine.tree import AutoShape, TreeShape, TreeShapeT
+from stagedspec.models.draft_files import load_draft, read_meta
+from stagedspec.models.model_loading import LoadedModel, ModelSpec, check_compatible, truncated_copy
+from stagedspec.search.auto_tree import attach
+from .bypass import BypassDrafter
+from .feature import FeatureDrafter
+from .model_drafter import ModelDrafter
+from .ngram_drafters import KatzNgramDrafter, PromptLookupDrafter
+from .ngram_lm import KatzBackoffLM, read_corpus
+from .pruned_head import head_subset, pruned_copy
 
 
 def _check_k(name: str, k: Any) -> None:
@@ -59,8 +67,6 @@ def _asset_path(value: str, what: str, valid: tuple[str, ...]) -> Path:
 @lru_cache(maxsize=4)
 def _corpus_lm(path: Path, mtime: float, vocab_size: int, order: int):
     """The n-gram counts of a token-id corpus file, counted once per process."""
-    from .ngram_lm import KatzBackoffLM, read_corpus
-
     lm = KatzBackoffLM(vocab_size, order)
     lm.update(read_corpus(path, vocab_size))
     return lm
@@ -92,9 +98,6 @@ class NgramLevel(_TreeLevel):
         self.shape  # parsing is the check
 
     def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
-        from .ngram_drafters import KatzNgramDrafter
-        from .ngram_lm import KatzBackoffLM
-
         if lower is not None:
             raise ValueError(f"level {self.name!r}: an n-gram level must be the lowest level of a hierarchy")
         base = None
@@ -133,8 +136,6 @@ class PromptLookupLevel:
             )
 
     def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
-        from .ngram_drafters import PromptLookupDrafter
-
         if lower is not None:
             raise ValueError(f"level {self.name!r}: prompt lookup must be the lowest level of a hierarchy")
         return PromptLookupDrafter(k=self.k, max_ngram=self.max_ngram, min_ngram=self.min_ngram, name=self.name)
@@ -161,8 +162,6 @@ class BypassLevel:
                              f"{self.min_match!r}, max_match={self.max_match!r}")
 
     def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
-        from .bypass import BypassDrafter
-
         return BypassDrafter(lower, k=self.k, min_match=self.min_match, max_match=self.max_match, name=self.name)
 
 
@@ -191,21 +190,14 @@ class ModelLevel(_TreeLevel):
                              f"or null (the full head), got {self.head!r}")
 
     def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
-        from .model_drafter import ModelDrafter
-        from stagedspec.models.model_loading import check_compatible
-
         spec = self.spec()
         if spec.source == "truncated":
-            from stagedspec.models.model_loading import truncated_copy
-
             small = truncated_copy(target, spec.layers)
         else:
             small = loader(spec)
         check_compatible(target, small, self.name)
         model = small.model
         if self.head is not None:
-            from .pruned_head import head_subset, pruned_copy
-
             model = pruned_copy(model, head_subset(small, self.head))
         return ModelDrafter(model, k=self.k, lower=lower, tree=self.shape, name=self.name)
 
@@ -229,8 +221,6 @@ class TrainedLevel(_TreeLevel):
 
     @cached_property
     def meta(self):
-        from stagedspec.models.draft_files import read_meta
-
         return read_meta(self.path)
 
     @property
@@ -243,10 +233,6 @@ class TrainedLevel(_TreeLevel):
         self.shape
 
     def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
-        from stagedspec.models.draft_files import load_draft
-        from .feature import FeatureDrafter
-        from .model_drafter import ModelDrafter
-
         draft = load_draft(self.path, target.model, target.name)  # refuses a draft of another target
         if draft.design == "feature":
             if lower is not None:
@@ -311,8 +297,6 @@ def build_hierarchy(
     for lv in levels:
         drafter = lv.build(drafter, target, loader)
     if drafter is not None and isinstance(drafter.tree, AutoShape):
-        from stagedspec.search.auto_tree import attach
-
         attach(drafter, target, hierarchy_key=hierarchy_key(levels))
     return drafter
 

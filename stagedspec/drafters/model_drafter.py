@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import torch
 
+from stagedspec.engine.drafter_protocol import Drafter
 from stagedspec.engine.kernels import HF_PLAN
 from stagedspec.engine.kv_cache import KVModel
 from stagedspec.engine.sampling import probabilities
 from stagedspec.engine.tree import DraftTree, DynamicShape, StaticShape, TreeShapeT, chain
 from stagedspec.engine.verification import verify_tree, verify_tree_greedy
-from stagedspec.engine.drafter_protocol import Drafter
 from .tree_growth import NodeDist, grow_trees
 
 

@@ -7,9 +7,9 @@ import time
 
 import torch
 
-from .ngram_lm import KatzBackoffLM, prompt_lookup_candidates
-from stagedspec.engine.tree import DraftTree, TreeShapeT
 from stagedspec.engine.drafter_protocol import Drafter
+from stagedspec.engine.tree import DraftTree, TreeShapeT
+from .ngram_lm import KatzBackoffLM, prompt_lookup_candidates
 from .tree_growth import NodeDist, grow_trees
 
 

@@ -12,12 +12,12 @@ from typing import Sequence
 
 import torch
 
+from stagedspec.metrics.round_stats import GenerationResult, PhaseTimes, RoundStats, SequenceResult
+from stagedspec.metrics.run_schema import TARGET, method_name
 from .drafter_protocol import Drafter
 from .kernels import HF_PLAN, KernelPlan
 from .kv_cache import KVModel
 from .sampling import SamplingConfig, probabilities
-from stagedspec.metrics.round_stats import GenerationResult, PhaseTimes, RoundStats, SequenceResult
-from stagedspec.metrics.run_schema import TARGET, method_name
 from .tree import DraftTree
 from .verification import verify_tree, verify_tree_greedy
 

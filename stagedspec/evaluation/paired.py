@@ -23,13 +23,13 @@ from typing import Callable
 import torch
 from tqdm import tqdm
 
-from stagedspec.metrics import cost_model
-from stagedspec.prompts.prompt_sets import Question
 from stagedspec.engine.decoding import SpeculativeDecoder
+from stagedspec.metrics import cost_model
 from stagedspec.metrics.intervals import interval_metrics, rate_interval, speedup_interval
-from stagedspec.models.model_loading import LoadedModel
 from stagedspec.metrics.round_stats import GenerationResult, SequenceResult
 from stagedspec.models.chat_text import encode, ids_to_text
+from stagedspec.models.model_loading import LoadedModel
+from stagedspec.prompts.prompt_sets import Question
 
 log = logging.getLogger(__name__)
 

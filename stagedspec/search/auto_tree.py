@@ -44,9 +44,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.kernels import HF_PLAN, KernelPlan, cpu_name
+from stagedspec.engine.kv_cache import KVModel
 from stagedspec.engine.sampling import SamplingConfig, probabilities
 from stagedspec.engine.tree import AutoShape, DraftTree, StaticShape, TreeShape, chain, widths_to_paths
+from stagedspec.models.chat_text import encode_prompt
+from stagedspec.prompts import prompt_sets
+from stagedspec.prompts.training_prompts import training_prompts
 
 log = logging.getLogger(__name__)
 
@@ -375,13 +380,9 @@ def calibration_prompts(target, n: int, source: str = "data", seed: int = 0) -> 
             base = [rng.randrange(target.vocab_size) for _ in range(rng.randrange(6, 16))]
             out.append(base + base[: len(base) // 2])
         return out
-    from stagedspec.models.chat_text import encode_prompt
-
     if source == "data":
-        from stagedspec.prompts import prompt_sets as data
-
         try:
-            questions = data.load_questions(data.default_data_path())
+            questions = prompt_sets.load_questions(prompt_sets.default_data_path())
         except (FileNotFoundError, ValueError) as e:
             log.warning("tree=auto: no questions file (%s); calibrating on training templates", e)
         else:
@@ -391,8 +392,6 @@ def calibration_prompts(target, n: int, source: str = "data", seed: int = 0) -> 
             cols = [list(reversed(qs)) for qs in by_cat.values()]  # the last of each category first
             picked = [col[i] for i in range(max(map(len, cols))) for col in cols if i < len(col)][:n]
             return [encode_prompt(target.tokenizer, q.turns[:1]) for q in picked]
-    from stagedspec.prompts.training_prompts import training_prompts
-
     return [encode_prompt(target.tokenizer, turns[:1]) for turns in training_prompts(n, seed=seed + 12345)]
 
 
@@ -458,8 +457,6 @@ def _time_propose(drafter, ctx: list[int], shape, sampling, gen, plan, repeats: 
 def _time_verify(target_model, ctx: list[int], sizes: list[int], plan: KernelPlan, repeats: int) -> dict[str, float]:
     """Median ms of one cached target forward scoring n positions (the root and n - 1
     draft nodes hanging from it, so the forward takes a tree mask as in verification)."""
-    from stagedspec.engine.kv_cache import KVModel
-
     kv = KVModel(target_model, name="calibration", plan=plan)
     kv.reset(1)
     kv.extend_chain(kv.sync([ctx[:-1]]), want_last=False)
@@ -507,8 +504,6 @@ def calibrate(drafter, target, sampling: SamplingConfig, plan: KernelPlan, auto:
               prompts: list[list[int]] | None = None) -> Calibration:
     """Measure everything ``choose`` needs (see the module docstring). Leaves ``drafter.tree``
     at the calibration shape; the caller sets the chosen one."""
-    from stagedspec.engine.decoding import SpeculativeDecoder
-
     t0 = time.perf_counter()
     prompts = prompts or calibration_prompts(target, auto.prompts, auto.source)
     shape = auto.calibration_shape()

@@ -34,9 +34,14 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from stagedspec.models.draft_files import DraftModel
-from stagedspec.models.model_loading import LoadedModel
+from stagedspec.drafters.ngram_lm import write_corpus
+from stagedspec.engine.decoding import SpeculativeDecoder
+from stagedspec.engine.kernels import HF_PLAN
+from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.models.chat_text import encode, eos_token_ids, ids_to_text
+from stagedspec.models.draft_files import DESIGNS, DraftModel, build_draft, draft_size, save_draft
+from stagedspec.models.model_loading import LoadedModel
+from stagedspec.prompts.training_prompts import training_prompts
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +55,6 @@ def generate_corpus(
     plain decoding through the engine in batches of prompts of similar length (the
     engine's cache appends in place; Hugging Face's ``DynamicCache`` copies the whole
     cache every step, which dominates at batch 24 and 300+ tokens)."""
-    from stagedspec.engine.decoding import SpeculativeDecoder
-    from stagedspec.engine.kernels import HF_PLAN
-    from stagedspec.engine.sampling import SamplingConfig
-
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     out: list[list[int] | None] = [None] * len(prompts)
     for start in tqdm(range(0, len(order), batch_size), desc=desc, unit="batch", leave=False):
@@ -105,8 +106,6 @@ def build_corpus(target: LoadedModel, spec: CorpusSpec, path: str | Path, plan=N
     the last answer's first token, ``temperature``, ``prompt``). Records are appended a
     batch at a time, so an interrupted run resumes where it stopped. Second turns are
     answered after every first turn, with the target's own first answer as history."""
-    from stagedspec.prompts.training_prompts import training_prompts
-
     spec.validate()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -416,8 +415,6 @@ class DistillPlan:
     train: TrainConfig = field(default_factory=TrainConfig)
 
     def validate(self, target_vocab: int | None = None, target_layers: int | None = None) -> None:
-        from stagedspec.models.draft_files import DESIGNS
-
         self.corpus.validate()
         self.train.validate()
         if not self.designs:
@@ -468,9 +465,6 @@ def distill(
     """The whole recipe: corpus, features, vocabulary subset, n-gram corpus, then each
     draft trained and saved in ``out_dir`` (``<design>.safetensors``, ``ngram.safetensors``).
     Every stage is cached or checkpointed under ``cache_dir``: a re-run resumes."""
-    from stagedspec.models.draft_files import build_draft, draft_size, save_draft
-    from stagedspec.drafters.ngram_lm import write_corpus
-
     plan.validate(target.vocab_size, target.num_layers)
     out_dir, work = Path(out_dir), corpus_dir(cache_dir, target.name, plan.corpus)
     out_dir.mkdir(parents=True, exist_ok=True)
