@@ -28,7 +28,7 @@ from stagedspec.drafters import KatzNgramDrafter, ModelDrafter
 from stagedspec.drafters.feature import FeatureDrafter
 from stagedspec.drafters.hierarchy import ASSETS, EMBEDDED_ASSETS, _corpus_lm
 from stagedspec.engine.decoding import SpeculativeDecoder
-from stagedspec.engine.kernels import kernel_plan
+from stagedspec.models.kernel_calibration import kernel_plan
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.engine.tree import TreeShape
 from stagedspec.models.chat_text import eos_token_ids

@@ -21,7 +21,8 @@ import time
 
 import torch
 
-from stagedspec.engine.kernels import HF_PLAN, KernelPlan, available_paths, calibrate
+from stagedspec.engine.kernels import HF_PLAN, KernelPlan, available_paths
+from stagedspec.models.kernel_calibration import calibrate
 from stagedspec.engine.kv_cache import KVModel
 from stagedspec.models.model_loading import ModelSpec, load_model
 

@@ -27,7 +27,7 @@ import yaml
 from common import add_common_args, setup
 from stagedspec.drafters import KatzNgramDrafter
 from stagedspec.engine.decoding import SpeculativeDecoder
-from stagedspec.engine.kernels import kernel_plan
+from stagedspec.models.kernel_calibration import kernel_plan
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.engine.tree import AutoShape, DynamicShape, StaticShape, TreeShape, chain
 from stagedspec.metrics.round_stats import summarize

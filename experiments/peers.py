@@ -558,7 +558,8 @@ def main(argv=None) -> None:
 
     from bench_drafts import draft_files
     from stagedspec.prompts.prompt_sets import load_prompt_set
-    from stagedspec.engine.kernels import kernel_plan, memory_bandwidth, weight_bytes
+    from stagedspec.evaluation.machine_probes import memory_bandwidth, weight_bytes
+    from stagedspec.models.kernel_calibration import kernel_plan
     from stagedspec.models.model_loading import ModelSpec, load_model
     from stagedspec.engine.sampling import SamplingConfig
     from stagedspec.models.chat_text import encode_prompt, eos_token_ids

@@ -150,7 +150,7 @@ def test_every_tree_option_validates(hydra_ctx, questions_file, no_model_loads):
 def test_launchers_compose(hydra_ctx, launcher, cls):
     cfg = make(f"hydra/launcher={launcher}", hydra=True)
     assert cfg.hydra.launcher._target_.endswith(cls)
-    assert cfg.hydra.callbacks.tracking._target_ == "stagedspec.app.tracking.TrackingCallback"
+    assert cfg.hydra.callbacks.tracking._target_ == "stagedspec.app.sweep_callback.TrackingCallback"
 
 
 # ------------------------------------------------------------------ levels from the CLI

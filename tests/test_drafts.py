@@ -17,14 +17,8 @@ from stagedspec.engine.kernels import KernelPlan
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.engine.tree import TreeShape
 from stagedspec.models.draft_files import build_draft, load_draft, read_meta, save_draft
-from stagedspec.training.distillation import (
-    TrainConfig,
-    agreement,
-    generate_corpus,
-    target_features,
-    train_draft,
-    vocab_subset,
-)
+from stagedspec.training.corpus import generate_corpus, target_features, vocab_subset
+from stagedspec.training.distillation import TrainConfig, agreement, train_draft
 from .helpers import hf_greedy, tiny_target
 from .test_greedy_exact import N_NEW, _prompts, _reference
 from .test_sampling_exact import V, chi2, chi2_critical
@@ -280,7 +274,8 @@ def test_recipe_short_run_on_the_embedded_target(embedded_model, tmp_path):
     """The shipped drafts' recipe (``distillation.distill``, what ``python -m
     stagedspec.distill`` runs), cut to a few prompts and steps: it trains from scratch,
     beats the untrained draft on held-out answers, and writes files the level loads."""
-    from stagedspec.training.distillation import CorpusSpec, DistillPlan, distill
+    from stagedspec.training.distillation import DistillPlan, distill
+    from stagedspec.training.corpus import CorpusSpec
     from stagedspec.drafters.hierarchy import NgramLevel, TrainedLevel
 
     seen: dict[str, float] = {}

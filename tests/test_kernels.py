@@ -15,7 +15,8 @@ from transformers import DynamicCache
 
 from stagedspec.engine import kernels
 from stagedspec.engine.decoding import SpeculativeDecoder
-from stagedspec.engine.kernels import HF_PLAN, KernelPlan, _choose, available_paths, calibrate
+from stagedspec.engine.kernels import HF_PLAN, KernelPlan, available_paths
+from stagedspec.models.kernel_calibration import _choose, calibrate
 from stagedspec.engine.kv_cache import KVModel, SlotLayer
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.engine.tree import DraftTree, TreeShape

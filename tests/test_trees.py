@@ -22,7 +22,9 @@ from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.engine.tree import AutoShape, DraftTree, DynamicShape, StaticShape, TreeShape
 from stagedspec.models.model_loading import truncated_copy
-from stagedspec.search.auto_tree import Calibration, _Recorder, acceptance_matrix, attach, best_trees, choose, replay
+from stagedspec.search.auto_tree import attach
+from stagedspec.search.tree_calibration import _Recorder
+from stagedspec.search.tree_program import Calibration, acceptance_matrix, best_trees, choose, replay
 from .helpers import hf_greedy, other_small, tiny_target
 from .test_drafts import _peaked, draw_positions_3_4, exact_positions_3_4
 from .test_greedy_exact import N_NEW, _prompts, _reference
@@ -404,7 +406,7 @@ def test_auto_parses_and_is_refused_below_the_top_level():
 
 
 def test_isotonic_cost_curve():
-    from stagedspec.search.auto_tree import isotonic
+    from stagedspec.search.tree_calibration import isotonic
 
     assert isotonic([1, 3, 2, 4, 10, 5, 6]) == pytest.approx([1, 2.5, 2.5, 4, 7, 7, 7])
     assert isotonic([3, 2, 1]) == pytest.approx([2, 2, 2])
@@ -414,7 +416,7 @@ def test_calibration_prompts_miss_the_first_questions_of_each_category(tmp_path,
     import json
 
     from stagedspec.prompts import prompt_sets as data
-    from stagedspec.search.auto_tree import calibration_prompts
+    from stagedspec.search.tree_calibration import calibration_prompts
     from stagedspec.models.chat_text import encode_prompt
 
     class Tok:  # a tokenizer without a chat template: one id per character is enough to compare
@@ -441,7 +443,7 @@ def test_calibration_prompts_miss_the_first_questions_of_each_category(tmp_path,
 
 def test_replay_of_rank_traces():
     from stagedspec.engine.tree import chain
-    from stagedspec.search.auto_tree import replay
+    from stagedspec.search.tree_program import replay
 
     trace = [[0, 0, 1, -1, 0]]
     tpc, acc, offered = replay(chain(2), trace)  # rounds: [0 0] + bonus, reject, [0] then the end

@@ -24,9 +24,10 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from stagedspec.engine.kernels import kernel_plan
+from stagedspec.models.kernel_calibration import kernel_plan
 from stagedspec.models.model_loading import load_cached
-from stagedspec.training.distillation import CorpusSpec, DistillPlan, TrainConfig, distill
+from stagedspec.training.corpus import CorpusSpec
+from stagedspec.training.distillation import DistillPlan, TrainConfig, distill
 from .plan import CONF_DIR, ConfigError, instantiate, plain
 from .tracking import Tracker, context_tags
 

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from stagedspec.drafters.hierarchy import build_hierarchy
 from stagedspec.engine.decoding import SpeculativeDecoder
-from stagedspec.engine.kernels import kernel_plan
+from stagedspec.models.kernel_calibration import kernel_plan
 from stagedspec.metrics.round_stats import GenerationResult
 from stagedspec.models.chat_text import encode, eos_token_ids, ids_to_text
 from stagedspec.models.model_loading import load_cached

@@ -47,14 +47,15 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from stagedspec.drafters.hierarchy import build_hierarchy
 from stagedspec.engine.decoding import SpeculativeDecoder
-from stagedspec.engine.kernels import kernel_plan
 from stagedspec.evaluation.paired import decode_paired, job_metrics
 from stagedspec.models.chat_text import encode, eos_token_ids
+from stagedspec.models.kernel_calibration import kernel_plan
 from stagedspec.models.model_loading import LoadedModel, load_cached
 from .cli import config_errors
 from .identity import config_hash, job_params, run_name
 from .plan import CONF_DIR, ConfigError, JobPlan, validate_cfg
-from .tracking import Tracker, child_note, parent_run_id, swept, tracker_for
+from .sweep_callback import parent_run_id, swept
+from .tracking import Tracker, child_note, tracker_for
 
 log = logging.getLogger(__name__)
 

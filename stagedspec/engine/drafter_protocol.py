@@ -32,7 +32,7 @@ class Drafter(ABC):
     for the target can have them."""
 
     auto = None
-    """For ``tree=auto``: the ``tree_search.AutoTree`` that turns the request into a shape
+    """For ``tree=auto``: the ``auto_tree.AutoTree`` that turns the request into a shape
     at ``setup``, when the sampling rule and kernel plan are known."""
 
     def setup(self, sampling: SamplingConfig, generator: torch.Generator | None, plan: KernelPlan = HF_PLAN) -> None:
@@ -41,7 +41,7 @@ class Drafter(ABC):
         if isinstance(self.tree, AutoShape) or self.auto is not None:
             if self.auto is None:
                 raise ValueError(f"level {self.name!r}: tree=auto needs the target to calibrate against: build the "
-                                 "hierarchy with hierarchy.build_hierarchy, or call tree_search.attach(drafter, target)")
+                                 "hierarchy with hierarchy.build_hierarchy, or call auto_tree.attach(drafter, target)")
             self.auto.resolve(self, sampling, plan)  # calibrates (or reads the cache) once per setting
         self.sampling = sampling
         self.generator = generator
