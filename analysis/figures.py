@@ -131,7 +131,7 @@ def prediction_errors(d: pd.DataFrame) -> pd.Series:
 
 def fig_speedup_vs_predicted(runs: pd.DataFrame, path) -> pd.DataFrame:
     """(c) Measured speedup (with its 95% interval) vs the cost model's prediction, logged
-    by each job from its own timings (``stagedspec/cost_model.py``): tokens per call from
+    by each job from its own timings (``stagedspec/metrics/cost_model.py``): tokens per call from
     alpha_hat and the draft shape, times per round measured by part."""
     notes: list[str] = []
     d = speculative(runs)

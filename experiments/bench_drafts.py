@@ -11,7 +11,7 @@
    95% interval of their geometric mean. Greedy outputs are checked against HF's.
 
 Prompts: Spec-Bench dev (``$STAGEDSPEC_DATA`` or ../shared) when present, else MT-bench;
-never the drafts' training prompts (stagedspec/training_prompts.py).
+never the drafts' training prompts (stagedspec/prompts/training_prompts.py).
 """
 
 from __future__ import annotations

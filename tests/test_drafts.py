@@ -1,4 +1,4 @@
-"""Trained drafts (draft_models.py, drafters/feature.py, distillation.py): exact decoding
+"""Trained drafts (models/draft_files.py, drafters/feature.py, training/): exact decoding
 through them, the weights file and its refusals, the n-gram corpus counts, and a short
 run of the distillation recipe that must beat the untrained draft."""
 

@@ -1,5 +1,5 @@
-"""Each metric against a case computed by hand (``stats.py`` defines them; the cost model
-is ``cost_model.py``, the intervals ``intervals.py``), and the decoder's counters against
+"""Each metric against a case computed by hand (``metrics/round_stats.py`` defines them; the cost model
+is ``metrics/cost_model.py``, the intervals ``metrics/intervals.py``), and the decoder's counters against
 what its levels really did."""
 
 from __future__ import annotations

@@ -90,7 +90,7 @@ def report(out: dict) -> str:
     return "\n".join(lines)
 
 
-# Absolute, for the reason given in app/run.py.
+# Absolute, for the reason given in app/run_entry.py.
 @hydra.main(config_path=str(CONF_DIR), config_name="generate", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     with config_errors():  # one line on the console; HYDRA_FULL_ERROR=1 for the traceback

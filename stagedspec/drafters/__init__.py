@@ -1,4 +1,4 @@
-"""Draft levels. Every level implements ``Drafter`` (see ``base.py``)."""
+"""Draft levels. Every level implements ``Drafter`` (``stagedspec/engine/drafter_protocol.py``)."""
 
 from stagedspec.engine.drafter_protocol import Drafter
 from .bypass import BypassDrafter

@@ -11,6 +11,7 @@ runner instantiates these from ``_target_`` dicts; a notebook can construct them
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
@@ -204,7 +205,7 @@ class ModelLevel(_TreeLevel):
 
 @dataclass
 class TrainedLevel(_TreeLevel):
-    """A draft trained for the target by ``python -m stagedspec.distill`` (``draft_models.py``):
+    """A draft trained for the target by ``python -m stagedspec.distill`` (``models/draft_files.py``):
     an EAGLE-style feature draft, which reads the target's hidden states and so drafts only
     for the target itself, or a layer draft, a small causal LM that can also draft through
     a lower level."""
@@ -273,7 +274,7 @@ def validate_levels(levels: list[Any]) -> None:
             raise ValueError(f"level {lv.name!r} is a feature draft: it cannot draft through the level "
                              f"{lower.name!r} below it (drop it: levels.{lower.name}=null)")
         # a level drafting through a lower one offers a tree too: the lower stage draws its
-        # rank-0 chain, the level adds its own ranked alternatives (drafters/model.py)
+        # rank-0 chain, the level adds its own ranked alternatives (drafters/model_drafter.py)
     top = target_facing(levels)
     for i, lv in enumerate(levels):
         if isinstance(getattr(lv, "shape", None), AutoShape) and (i != top or top != len(levels) - 1):
@@ -304,8 +305,6 @@ def build_hierarchy(
 def hierarchy_key(levels: list[Any]) -> list[str]:
     """What identifies a hierarchy for ``tree=auto``'s calibration cache: every level's
     settings, except the top level's k and tree (the calibration chooses those)."""
-    import dataclasses
-
     def files(lv: Any) -> list[str]:  # weights and corpus files are named by path; their contents can change
         paths: list[Path] = []
         if isinstance(lv, TrainedLevel):

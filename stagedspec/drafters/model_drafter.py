@@ -30,7 +30,7 @@ from .tree_growth import NodeDist, grow_trees
 class ModelDrafter(Drafter):
     def __init__(self, model: torch.nn.Module, k: int = 4, lower: Drafter | None = None,
                  tree: TreeShapeT = None, name: str = "small") -> None:
-        # a trained draft's head covers a vocabulary subset (draft_models.py)
+        # a trained draft's head covers a vocabulary subset (models/draft_files.py)
         vocab_map = getattr(model, "vocab_map", None)
         meta = getattr(model, "meta", None)
         self.kv = KVModel(model, name=name, vocab_map=vocab_map,

@@ -51,7 +51,7 @@ def check_logit_processing(model: nn.Module) -> None:
 
     Checked once per model object: the model's own forward on a few tokens against its
     decoder, its LM head and ``final_logit_processing``. A model that is not a Hugging
-    Face causal LM itself (a trained draft wrapping one, ``draft_models.py``) is checked
+    Face causal LM itself (a trained draft wrapping one, ``models/draft_files.py``) is checked
     through the causal LM it wraps."""
     if model in _CHECKED:
         return

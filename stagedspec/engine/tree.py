@@ -91,7 +91,7 @@ class AutoShape:
     """Where they come from: "data", Spec-Bench dev questions (``data.default_data_path()``;
     the *last* of each category, categories in turn, so they miss any evaluation set
     taking the first questions per category), or "training", the distillation templates
-    (``training_prompts.py``: short requests, so an n-gram level finds little to copy in
+    (``prompts/training_prompts.py``: short requests, so an n-gram level finds little to copy in
     them, and a draft trained on them would look better than on unseen text)."""
     tokens: int = 48
     """New tokens decoded per calibration prompt."""

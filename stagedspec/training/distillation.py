@@ -19,6 +19,7 @@ and a cache directory; this module knows neither.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -349,6 +350,4 @@ def distill(
 
 
 def hashlib_key(obj: dict) -> str:
-    import hashlib
-
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:12]
