@@ -26,13 +26,13 @@ import torch
 from common import add_common_args, geomean_ci, hf_generate, per_token_alpha, setup
 from stagedspec.drafters import KatzNgramDrafter, ModelDrafter
 from stagedspec.drafters.feature import FeatureDrafter
-from stagedspec.drafters.hierarchy import ASSETS, EMBEDDED_ASSETS, _corpus_lm
+from stagedspec.drafters.hierarchy import ASSETS, EMBEDDED_ASSETS, corpus_lm
 from stagedspec.engine.decoding import SpeculativeDecoder
-from stagedspec.models.kernel_calibration import kernel_plan
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.engine.tree import TreeShape
 from stagedspec.models.chat_text import eos_token_ids
 from stagedspec.models.draft_files import load_draft
+from stagedspec.models.kernel_calibration import kernel_plan
 from stagedspec.models.model_loading import ModelSpec, load_model, truncated_copy
 
 
@@ -51,7 +51,7 @@ def hierarchies(target, files: dict[str, Path], k: int, tree) -> dict:
     feature = load_draft(files["feature"], target.model, target.name)
     layers = load_draft(files["layers"], target.model, target.name)
     ngram_file = files["ngram"]
-    base = _corpus_lm(ngram_file, ngram_file.stat().st_mtime, V, 3)
+    base = corpus_lm(ngram_file, ngram_file.stat().st_mtime, V, 3)
     shape = TreeShape.parse(tree) if tree else None
     return {
         "ar": lambda: None,

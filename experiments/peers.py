@@ -326,7 +326,7 @@ def our_methods(target, files: dict[str, Path], k: int, tree: str | None, lower_
     from stagedspec.models.draft_files import load_draft
     from stagedspec.drafters import KatzNgramDrafter, ModelDrafter, PromptLookupDrafter
     from stagedspec.drafters.feature import FeatureDrafter
-    from stagedspec.drafters.hierarchy import _corpus_lm
+    from stagedspec.drafters.hierarchy import corpus_lm
     from stagedspec.engine.tree import TreeShape
 
     V = target.vocab_size
@@ -347,7 +347,7 @@ def our_methods(target, files: dict[str, Path], k: int, tree: str | None, lower_
         skipped["ngram>layers>target"] = f"no n-gram corpus at {files['ngram']}"
     else:
         layers = load_draft(files["layers"], target.model, target.name)
-        base = _corpus_lm(files["ngram"], files["ngram"].stat().st_mtime, V, 3)
+        base = corpus_lm(files["ngram"], files["ngram"].stat().st_mtime, V, 3)
         made["ngram>target"] = lambda: KatzNgramDrafter(V, k=lower_k, base=base, name="ngram")
         made["ngram>layers>target"] = lambda: ModelDrafter(
             layers, k=k, lower=KatzNgramDrafter(V, k=lower_k, base=base), name="layers")

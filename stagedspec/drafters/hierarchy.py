@@ -66,7 +66,7 @@ def _asset_path(value: str, what: str, valid: tuple[str, ...]) -> Path:
 
 
 @lru_cache(maxsize=4)
-def _corpus_lm(path: Path, mtime: float, vocab_size: int, order: int):
+def corpus_lm(path: Path, mtime: float, vocab_size: int, order: int):
     """The n-gram counts of a token-id corpus file, counted once per process."""
     lm = KatzBackoffLM(vocab_size, order)
     lm.update(read_corpus(path, vocab_size))
@@ -105,7 +105,7 @@ class NgramLevel(_TreeLevel):
         if self.corpus is not None:
             path = _asset_path(self.corpus, f"level {self.name!r}: corpus", ("embedded",))
             try:
-                base = _corpus_lm(path, path.stat().st_mtime, target.vocab_size, self.order)
+                base = corpus_lm(path, path.stat().st_mtime, target.vocab_size, self.order)
             except ValueError as e:
                 raise ValueError(f"level {self.name!r}: {e}") from None
         if self.corpus_file is not None:
