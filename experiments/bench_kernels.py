@@ -18,12 +18,16 @@ import argparse
 import json
 import statistics
 import time
+from types import SimpleNamespace
 
 import torch
 
+from common import hf_generate, setup
+from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.kernels import HF_PLAN, KernelPlan, available_paths
-from stagedspec.models.kernel_calibration import calibrate
 from stagedspec.engine.kv_cache import KVModel
+from stagedspec.engine.sampling import SamplingConfig
+from stagedspec.models.kernel_calibration import calibrate
 from stagedspec.models.model_loading import ModelSpec, load_model
 
 NS = (1, 2, 3, 4, 6, 8, 12, 16)
@@ -45,11 +49,6 @@ def mismatches(target, hf_model, plan, prompts: list[list[int]], n_new: int) -> 
     where they differ (None when identical) and the target's top-2 logit gap there,
     computed through Hugging Face's path on the common prefix (a near-tie, not a bug,
     when the gap is within the fast kernels' rounding)."""
-    from stagedspec.engine.decoding import SpeculativeDecoder
-    from stagedspec.engine.sampling import SamplingConfig
-
-    from common import hf_generate
-
     out = []
     dec = SpeculativeDecoder(target.model, None, SamplingConfig(), plan=plan)
     for p in prompts:
@@ -110,10 +109,6 @@ def main() -> None:
     print(f"goal T(4) <= 1.15 T_hf(1): {fast_row[4] / hf1:.2f};  T(8) <= 1.4 T_hf(1): {fast_row[8] / hf1:.2f}")
     found = []
     if args.mismatch_prompts:
-        from types import SimpleNamespace
-
-        from common import setup
-
         _, prompts, _ = setup(SimpleNamespace(prompts=args.mismatch_prompts, threads=args.threads, device="cpu",
                                               dtype="float32"))
         hf_model = load_model(ModelSpec(source="embedded")).model  # untouched by the kernels

@@ -52,6 +52,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(REPO))
 
 from common import add_common_args, geomean_ci, hf_generate
+from stagedspec.app.tracking import Tracker, context_tags
+from stagedspec.drafters import BypassDrafter, KatzNgramDrafter, ModelDrafter, PromptLookupDrafter
+from stagedspec.drafters.feature import FeatureDrafter
+from stagedspec.drafters.hierarchy import corpus_lm
+from stagedspec.drafters.pruned_head import head_subset, pruned_copy
+from stagedspec.engine.decoding import SpeculativeDecoder
+from stagedspec.engine.sampling import SamplingConfig
+from stagedspec.engine.tree import TreeShape
+from stagedspec.evaluation.machine_probes import memory_bandwidth, weight_bytes
+from stagedspec.models.chat_text import encode_prompt, eos_token_ids
+from stagedspec.models.draft_files import load_draft, standalone_causal_lm
+from stagedspec.models.kernel_calibration import kernel_plan
+from stagedspec.models.model_loading import ModelSpec, load_model
+from stagedspec.prompts.prompt_sets import balanced, load_prompt_set
 
 REFERENCE = "hf"
 RunFn = Callable[[list[list[int]], int], dict]
@@ -289,8 +303,6 @@ def config_hash(args, files: dict[str, Path], methods: list[str] | None = None) 
 
 def pick_prompts(questions: list, n: int) -> list:
     """``n`` questions balanced across categories, round-robin so a few span several."""
-    from stagedspec.prompts.prompt_sets import balanced
-
     cats = list(dict.fromkeys(q.category for q in questions))
     qs = balanced(questions, -(-n // len(cats))) if cats else []
     seen: dict[str, int] = {}
@@ -302,8 +314,6 @@ def pick_prompts(questions: list, n: int) -> list:
 
 
 def ours_fn(target, make, sampling, eos, plan) -> RunFn:
-    from stagedspec.engine.decoding import SpeculativeDecoder
-
     def run(prompts, n):
         res = SpeculativeDecoder(target.model, make(), sampling, eos, plan=plan).generate(prompts, n)
         s = res.summary()
@@ -323,12 +333,6 @@ def hf_fn(model, eos, temperature, **kw) -> RunFn:
 
 def our_methods(target, files: dict[str, Path], k: int, tree: str | None, lower_k: int) -> tuple[dict, dict]:
     """name -> factory of a fresh drafter (None: plain decoding), and name -> why skipped."""
-    from stagedspec.models.draft_files import load_draft
-    from stagedspec.drafters import KatzNgramDrafter, ModelDrafter, PromptLookupDrafter
-    from stagedspec.drafters.feature import FeatureDrafter
-    from stagedspec.drafters.hierarchy import corpus_lm
-    from stagedspec.engine.tree import TreeShape
-
     V = target.vocab_size
     made, skipped = {"ar": lambda: None}, {}
     # the cheapest chains: nothing but the target scores lower_k + 1 positions (T(3) ~ 1.1 T(1) here)
@@ -385,13 +389,9 @@ def parse_ours(spec: str) -> dict[str, list[tuple[str, list[int]]]]:
 
 def pair_methods(target, small, spec: str) -> dict:
     """name -> factory of a fresh drafter for a packaged target and draft model (``parse_ours``)."""
-    from stagedspec.drafters import BypassDrafter, KatzNgramDrafter, ModelDrafter, PromptLookupDrafter
-
     V = target.vocab_size
     fr_model = None
     if any(kind == "fr" for levels in parse_ours(spec).values() for kind, _ in levels):
-        from stagedspec.drafters.pruned_head import head_subset, pruned_copy
-
         fr_model = pruned_copy(small.model, head_subset(small, 32768))
 
     def factory(levels):
@@ -444,8 +444,6 @@ def pair_hf_methods(args, hf_model, hf_draft, eos) -> tuple[dict, dict, dict]:
 def hf_methods(args, hf_model, target_name: str, files: dict[str, Path], eos) -> tuple[dict, dict, dict]:
     """name -> RunFn of the HF methods that work here, name -> why skipped, and the
     assistant's settings as used."""
-    from stagedspec.models.draft_files import load_draft, standalone_causal_lm
-
     T = args.temperature
     made = {REFERENCE: hf_fn(hf_model, eos, T)}
     skipped, info = {}, {}
@@ -487,8 +485,6 @@ def default_tracking_uri() -> str:
 
 
 def track(uri: str, data: str, temperature: float, chash: str, tables: dict, md: str, out: Path, args) -> None:
-    from stagedspec.app.tracking import Tracker, context_tags
-
     tracker = Tracker(uri, experiment_name="peers")
     parent = tracker.parent_run(f"peers-{chash}", f"peers {data} T={temperature:g}", context_tags())
     # the parent is found again by the hash: its params are the hashed settings only (MLflow
@@ -557,13 +553,6 @@ def main(argv=None) -> None:
     import torch
 
     from bench_drafts import draft_files
-    from stagedspec.prompts.prompt_sets import load_prompt_set
-    from stagedspec.evaluation.machine_probes import memory_bandwidth, weight_bytes
-    from stagedspec.models.kernel_calibration import kernel_plan
-    from stagedspec.models.model_loading import ModelSpec, load_model
-    from stagedspec.engine.sampling import SamplingConfig
-    from stagedspec.models.chat_text import encode_prompt, eos_token_ids
-
     torch.set_num_threads(args.threads)
     out = Path(args.out) if args.out else REPO / "outputs" / "peers" / args.data
     files = draft_files(args.drafts)
