@@ -13,10 +13,10 @@ from __future__ import annotations
 import argparse
 import json
 
-from common import add_common_args, setup
 from stagedspec.drafters import KatzNgramDrafter, PromptLookupDrafter
 from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.sampling import SamplingConfig
+from stagedspec.evaluation.bench_setup import add_common_args, setup
 from stagedspec.metrics.round_stats import summarize
 
 

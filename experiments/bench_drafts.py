@@ -23,26 +23,19 @@ from pathlib import Path
 
 import torch
 
-from common import add_common_args, geomean_ci, hf_generate, per_token_alpha, setup
 from stagedspec.drafters import KatzNgramDrafter, ModelDrafter
 from stagedspec.drafters.feature import FeatureDrafter
-from stagedspec.drafters.hierarchy import ASSETS, EMBEDDED_ASSETS, corpus_lm
+from stagedspec.drafters.hierarchy import corpus_lm
 from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.engine.tree import TreeShape
+from stagedspec.evaluation.bench_methods import hf_generate
+from stagedspec.evaluation.bench_setup import add_common_args, draft_files, setup
+from stagedspec.evaluation.bench_table import geomean_ci, per_token_alpha
 from stagedspec.models.chat_text import eos_token_ids
 from stagedspec.models.draft_files import load_draft
 from stagedspec.models.kernel_calibration import kernel_plan
 from stagedspec.models.model_loading import ModelSpec, load_model, truncated_copy
-
-
-def draft_files(folder: str | None) -> dict[str, Path]:
-    """feature / layers / ngram files: those in ``folder`` (as ``distill`` writes them),
-    else the ones shipped for the embedded target."""
-    if folder:
-        return {k: Path(folder) / f"{k}.safetensors" for k in ("feature", "layers", "ngram")}
-    return {"feature": ASSETS / EMBEDDED_ASSETS["embedded-feature"], "layers": ASSETS / EMBEDDED_ASSETS["embedded-layers"],
-            "ngram": ASSETS / EMBEDDED_ASSETS["embedded"]}
 
 
 def hierarchies(target, files: dict[str, Path], k: int, tree) -> dict:

@@ -16,11 +16,12 @@ import json
 import time
 
 
-from common import add_common_args, hf_generate, setup
 from stagedspec.drafters import KatzNgramDrafter, ModelDrafter, PromptLookupDrafter
 from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.engine.tree import TreeShape
+from stagedspec.evaluation.bench_methods import hf_generate
+from stagedspec.evaluation.bench_setup import add_common_args, setup
 from stagedspec.metrics.round_stats import summarize
 from stagedspec.models.model_loading import truncated_copy
 

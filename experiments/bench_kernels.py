@@ -22,11 +22,12 @@ from types import SimpleNamespace
 
 import torch
 
-from common import hf_generate, setup
 from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.kernels import HF_PLAN, KernelPlan, available_paths
 from stagedspec.engine.kv_cache import KVModel
 from stagedspec.engine.sampling import SamplingConfig
+from stagedspec.evaluation.bench_methods import hf_generate
+from stagedspec.evaluation.bench_setup import setup
 from stagedspec.models.kernel_calibration import calibrate
 from stagedspec.models.model_loading import ModelSpec, load_model
 

@@ -24,12 +24,12 @@ from pathlib import Path
 import torch
 import yaml
 
-from common import add_common_args, setup
 from stagedspec.drafters import KatzNgramDrafter
 from stagedspec.drafters.hierarchy import TrainedLevel
 from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.engine.tree import AutoShape, DynamicShape, StaticShape, TreeShape, chain
+from stagedspec.evaluation.bench_setup import add_common_args, setup
 from stagedspec.metrics.round_stats import summarize
 from stagedspec.models.kernel_calibration import kernel_plan
 from stagedspec.search.auto_tree import attach

@@ -42,7 +42,6 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from .run_schema import TARGET
 
 def geometric_tokens(alpha: float, depth: int) -> float:
     """1 + alpha + ... + alpha^depth: expected tokens per verification of a chain of
