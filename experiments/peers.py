@@ -140,7 +140,7 @@ def parse_args(argv=None):
                     help="MLflow URI (default sqlite:///<cwd>/mlflow.db as conf/tracking/sqlite.yaml; 'none': off)")
     ap.add_argument("--max-measurements", type=int, default=None, help="stop after this many new measurements")
     ap.add_argument("--no-figure", action="store_true")
-    ap.add_argument("--target", default="smollm2-135m", help="packaged target (stagedspec/packaged.py)")
+    ap.add_argument("--target", default="smollm2-135m", help="packaged target (stagedspec/models/packaged.py)")
     ap.add_argument("--draft", default=None, help="packaged draft model for HF assisted generation and our "
                     "'small' level (e.g. qwen2.5-coder-0.5b); with it, --ours names our methods")
     ap.add_argument("--ours", default="ar,copy:10:1,small:8,ngram:4>small:8>copy:24:8",
