@@ -9,10 +9,10 @@ __all__ = ["ExperimentNotFound", "latest_parent", "load_runs"]
 
 
 def __getattr__(name: str):
-    # Loaded on first use: the tracker imports analysis.names in every run, and must not
-    # pull in pandas and MLflow with it.
+    # Loaded on first use: importing analysis (or one of its light modules) must not pull
+    # in pandas and MLflow.
     if name in __all__:
-        from analysis import load
+        from . import load
 
         return getattr(load, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

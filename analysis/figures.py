@@ -24,14 +24,33 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from analysis.names import TARGET, levels_of
-from analysis.plotting import (
-    MARKERS, ar_line, error_bars, finish, int_values, label, line_figure, lines, new_figure, save, suptitle, varying,
+from stagedspec.metrics.run_schema import TARGET, levels_of
+from .plotting import (
+    MARKERS,
+    ar_line,
+    error_bars,
+    finish,
+    int_values,
+    label,
+    line_figure,
+    lines,
+    new_figure,
+    save,
+    suptitle,
+    varying,
 )
-from analysis.runs import (
-    FigureSkipped, at_reference_batch, best_per_category, column, configs, fmt, metric, single_x_note, speculative,
+from .runs import (
+    FigureSkipped,
+    at_reference_batch,
+    best_per_category,
+    column,
+    configs,
+    fmt,
+    metric,
+    single_x_note,
+    speculative,
 )
-from analysis.theory import expected_tokens_per_call
+from .theory import expected_tokens_per_call
 
 DRAFT_K_AXIS = "draft length k of the level below the target (tokens)"
 
@@ -112,7 +131,7 @@ def prediction_errors(d: pd.DataFrame) -> pd.Series:
 
 def fig_speedup_vs_predicted(runs: pd.DataFrame, path) -> pd.DataFrame:
     """(c) Measured speedup (with its 95% interval) vs the cost model's prediction, logged
-    by each job from its own timings (``stagedspec/cost_model.py``): tokens per call from
+    by each job from its own timings (``stagedspec/metrics/cost_model.py``): tokens per call from
     alpha_hat and the draft shape, times per round measured by part."""
     notes: list[str] = []
     d = speculative(runs)

@@ -18,7 +18,7 @@ import pandas as pd
 from mlflow import MlflowClient
 from mlflow.entities import ViewType
 
-from analysis.names import PARENT_TAG, ROLE_TAG
+from stagedspec.metrics.run_schema import PARENT_TAG, ROLE_TAG
 
 
 class ExperimentNotFound(LookupError):

@@ -16,7 +16,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from analysis.runs import fmt
+from .runs import fmt
 
 FIGSIZE = (7.0, 4.5)
 DPI = 100

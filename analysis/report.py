@@ -21,9 +21,9 @@ import pandas as pd
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
-from analysis.figures import FIGURES, FigureSkipped, prediction_errors
-from analysis.load import latest_parent, load_runs
-from analysis.runs import best_per_category, configs, fmt, metric, with_interval
+from .figures import FIGURES, FigureSkipped, prediction_errors
+from .load import latest_parent, load_runs
+from .runs import best_per_category, configs, fmt, metric, with_interval
 
 log = logging.getLogger(__name__)
 
@@ -235,7 +235,7 @@ def prediction_note(runs: pd.DataFrame) -> list[str]:
         f"{metric(worst, 'predicted_speedup'):.2f}×, measured {metric(worst, 'speedup'):.2f}×); "
         f"{within} of {len(d)} within 10%.",
         "",
-        "Each job predicts from its own timings (`stagedspec/cost_model.py`). Measured: each round's time by "
+        "Each job predicts from its own timings (`stagedspec/metrics/cost_model.py`). Measured: each round's time by "
         "part (every level's draft forwards, the verification T(n) for the n positions scored, the rest), each "
         "batch's prefill, the baseline's tokens per second, and the job's size (tokens per row, draft depth per "
         "round). Predicted: tokens per target call from α̂ = accepted / (accepted + rejections) and the draft "

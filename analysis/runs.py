@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.names import top_level_of
+from stagedspec.metrics.run_schema import top_level_of
 
 
 class FigureSkipped(Exception):

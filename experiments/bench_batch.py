@@ -13,12 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 
-from stagedspec.decoding import SpeculativeDecoder
 from stagedspec.drafters import KatzNgramDrafter, PromptLookupDrafter
-from stagedspec.sampling import SamplingConfig
-from stagedspec.stats import summarize
-
-from common import add_common_args, setup
+from stagedspec.engine.decoding import SpeculativeDecoder
+from stagedspec.engine.sampling import SamplingConfig
+from stagedspec.evaluation.bench_setup import add_common_args, setup
+from stagedspec.metrics.round_stats import summarize
 
 
 def run(dec: SpeculativeDecoder, prompts: list[list[int]], bs: int, n: int):

@@ -11,7 +11,7 @@
    95% interval of their geometric mean. Greedy outputs are checked against HF's.
 
 Prompts: Spec-Bench dev (``$STAGEDSPEC_DATA`` or ../shared) when present, else MT-bench;
-never the drafts' training prompts (stagedspec/training_prompts.py).
+never the drafts' training prompts (stagedspec/prompts/training_prompts.py).
 """
 
 from __future__ import annotations
@@ -23,27 +23,19 @@ from pathlib import Path
 
 import torch
 
-from stagedspec.decoding import SpeculativeDecoder
-from stagedspec.draft_models import load_draft
 from stagedspec.drafters import KatzNgramDrafter, ModelDrafter
 from stagedspec.drafters.feature import FeatureDrafter
-from stagedspec.hierarchy import ASSETS, EMBEDDED_ASSETS, _corpus_lm
-from stagedspec.kernels import kernel_plan
-from stagedspec.models import ModelSpec, load_model, truncated_copy
-from stagedspec.sampling import SamplingConfig
-from stagedspec.text import eos_token_ids
-from stagedspec.tree import TreeShape
-
-from common import add_common_args, geomean_ci, hf_generate, per_token_alpha, setup
-
-
-def draft_files(folder: str | None) -> dict[str, Path]:
-    """feature / layers / ngram files: those in ``folder`` (as ``distill`` writes them),
-    else the ones shipped for the embedded target."""
-    if folder:
-        return {k: Path(folder) / f"{k}.safetensors" for k in ("feature", "layers", "ngram")}
-    return {"feature": ASSETS / EMBEDDED_ASSETS["embedded-feature"], "layers": ASSETS / EMBEDDED_ASSETS["embedded-layers"],
-            "ngram": ASSETS / EMBEDDED_ASSETS["embedded"]}
+from stagedspec.drafters.hierarchy import corpus_lm
+from stagedspec.engine.decoding import SpeculativeDecoder
+from stagedspec.engine.sampling import SamplingConfig
+from stagedspec.engine.tree import TreeShape
+from stagedspec.evaluation.bench_methods import hf_generate
+from stagedspec.evaluation.bench_setup import add_common_args, draft_files, setup
+from stagedspec.evaluation.bench_table import geomean_ci, per_token_alpha
+from stagedspec.models.chat_text import eos_token_ids
+from stagedspec.models.draft_files import load_draft
+from stagedspec.models.kernel_calibration import kernel_plan
+from stagedspec.models.model_loading import ModelSpec, load_model, truncated_copy
 
 
 def hierarchies(target, files: dict[str, Path], k: int, tree) -> dict:
@@ -52,7 +44,7 @@ def hierarchies(target, files: dict[str, Path], k: int, tree) -> dict:
     feature = load_draft(files["feature"], target.model, target.name)
     layers = load_draft(files["layers"], target.model, target.name)
     ngram_file = files["ngram"]
-    base = _corpus_lm(ngram_file, ngram_file.stat().st_mtime, V, 3)
+    base = corpus_lm(ngram_file, ngram_file.stat().st_mtime, V, 3)
     shape = TreeShape.parse(tree) if tree else None
     return {
         "ar": lambda: None,

@@ -16,14 +16,14 @@ import json
 import time
 
 
-from stagedspec.decoding import SpeculativeDecoder
 from stagedspec.drafters import KatzNgramDrafter, ModelDrafter, PromptLookupDrafter
-from stagedspec.models import truncated_copy
-from stagedspec.sampling import SamplingConfig
-from stagedspec.stats import summarize
-from stagedspec.tree import TreeShape
-
-from common import add_common_args, hf_generate, setup
+from stagedspec.engine.decoding import SpeculativeDecoder
+from stagedspec.engine.sampling import SamplingConfig
+from stagedspec.engine.tree import TreeShape
+from stagedspec.evaluation.bench_methods import hf_generate
+from stagedspec.evaluation.bench_setup import add_common_args, setup
+from stagedspec.metrics.round_stats import summarize
+from stagedspec.models.model_loading import truncated_copy
 
 
 def methods(target, small_layers: int):

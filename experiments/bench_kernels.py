@@ -18,12 +18,18 @@ import argparse
 import json
 import statistics
 import time
+from types import SimpleNamespace
 
 import torch
 
-from stagedspec.kernels import HF_PLAN, KernelPlan, available_paths, calibrate
-from stagedspec.kvmodel import KVModel
-from stagedspec.models import ModelSpec, load_model
+from stagedspec.engine.decoding import SpeculativeDecoder
+from stagedspec.engine.kernels import HF_PLAN, KernelPlan, available_paths
+from stagedspec.engine.kv_cache import KVModel
+from stagedspec.engine.sampling import SamplingConfig
+from stagedspec.evaluation.bench_methods import hf_generate
+from stagedspec.evaluation.bench_setup import setup
+from stagedspec.models.kernel_calibration import calibrate
+from stagedspec.models.model_loading import ModelSpec, load_model
 
 NS = (1, 2, 3, 4, 6, 8, 12, 16)
 
@@ -44,11 +50,6 @@ def mismatches(target, hf_model, plan, prompts: list[list[int]], n_new: int) -> 
     where they differ (None when identical) and the target's top-2 logit gap there,
     computed through Hugging Face's path on the common prefix (a near-tie, not a bug,
     when the gap is within the fast kernels' rounding)."""
-    from stagedspec.decoding import SpeculativeDecoder
-    from stagedspec.sampling import SamplingConfig
-
-    from common import hf_generate
-
     out = []
     dec = SpeculativeDecoder(target.model, None, SamplingConfig(), plan=plan)
     for p in prompts:
@@ -109,10 +110,6 @@ def main() -> None:
     print(f"goal T(4) <= 1.15 T_hf(1): {fast_row[4] / hf1:.2f};  T(8) <= 1.4 T_hf(1): {fast_row[8] / hf1:.2f}")
     found = []
     if args.mismatch_prompts:
-        from types import SimpleNamespace
-
-        from common import setup
-
         _, prompts, _ = setup(SimpleNamespace(prompts=args.mismatch_prompts, threads=args.threads, device="cpu",
                                               dtype="float32"))
         hf_model = load_model(ModelSpec(source="embedded")).model  # untouched by the kernels

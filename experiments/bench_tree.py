@@ -24,15 +24,15 @@ from pathlib import Path
 import torch
 import yaml
 
-from stagedspec.decoding import SpeculativeDecoder
 from stagedspec.drafters import KatzNgramDrafter
-from stagedspec.kernels import kernel_plan
-from stagedspec.sampling import SamplingConfig
-from stagedspec.stats import summarize
-from stagedspec.tree import AutoShape, DynamicShape, StaticShape, TreeShape, chain
-from stagedspec.tree_search import attach
-
-from common import add_common_args, setup
+from stagedspec.drafters.hierarchy import TrainedLevel
+from stagedspec.engine.decoding import SpeculativeDecoder
+from stagedspec.engine.sampling import SamplingConfig
+from stagedspec.engine.tree import AutoShape, DynamicShape, StaticShape, TreeShape, chain
+from stagedspec.evaluation.bench_setup import add_common_args, setup
+from stagedspec.metrics.round_stats import summarize
+from stagedspec.models.kernel_calibration import kernel_plan
+from stagedspec.search.auto_tree import attach
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "tree"
 
@@ -42,8 +42,6 @@ def make_drafter(kind: str, target, shape):
     ("feature" / "layers": a weights file, or the shipped ones once they exist)."""
     if kind == "ngram":
         return KatzNgramDrafter(target.vocab_size, tree=shape)
-    from stagedspec.hierarchy import TrainedLevel
-
     weights = {"feature": "embedded-feature", "layers": "embedded-layers"}.get(kind, kind)
     return TrainedLevel(weights=weights, tree=shape, name="draft").build(None, target, None)
 

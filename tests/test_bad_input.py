@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from stagedspec.decoding import SpeculativeDecoder
 from stagedspec.drafters import KatzNgramDrafter, ModelDrafter
-from stagedspec.hierarchy import ModelLevel, NgramLevel, PromptLookupLevel, validate_levels
-from stagedspec.models import ModelSpec, load_model
-from stagedspec.sampling import SamplingConfig
-from stagedspec.tree import TreeShape
-
+from stagedspec.drafters.hierarchy import ModelLevel, NgramLevel, PromptLookupLevel, validate_levels
+from stagedspec.engine.decoding import SpeculativeDecoder
+from stagedspec.engine.sampling import SamplingConfig
+from stagedspec.engine.tree import TreeShape
+from stagedspec.models.model_loading import ModelSpec, load_model
 from .helpers import other_small, tiny_target
 
 

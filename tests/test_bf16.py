@@ -22,13 +22,13 @@ import math
 import pytest
 import torch
 
-from stagedspec.data import balanced, default_data_path, load_questions
-from stagedspec.decoding import SpeculativeDecoder
 from stagedspec.drafters import KatzNgramDrafter
-from stagedspec.models import ModelSpec, load_model
-from stagedspec.sampling import SamplingConfig
-from stagedspec.text import encode_prompt
-from stagedspec.tree import TreeShape
+from stagedspec.engine.decoding import SpeculativeDecoder
+from stagedspec.engine.sampling import SamplingConfig
+from stagedspec.engine.tree import TreeShape
+from stagedspec.models.chat_text import encode_prompt
+from stagedspec.models.model_loading import ModelSpec, load_model
+from stagedspec.prompts.prompt_sets import balanced, default_data_path, load_questions
 
 pytestmark = pytest.mark.slow
 N_NEW = 24

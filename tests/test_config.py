@@ -12,10 +12,10 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from omegaconf import DictConfig
 
-from stagedspec import models
 from stagedspec.app.identity import config_hash, sweep_id
 from stagedspec.app.plan import CONF_DIR, ConfigError, instantiate, levels_from_cfg, validate_cfg
-from stagedspec.data import SPEC_BENCH_CATEGORIES
+from stagedspec.models import model_loading as models
+from stagedspec.prompts.prompt_sets import SPEC_BENCH_CATEGORIES
 
 PRESETS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
 
@@ -150,7 +150,7 @@ def test_every_tree_option_validates(hydra_ctx, questions_file, no_model_loads):
 def test_launchers_compose(hydra_ctx, launcher, cls):
     cfg = make(f"hydra/launcher={launcher}", hydra=True)
     assert cfg.hydra.launcher._target_.endswith(cls)
-    assert cfg.hydra.callbacks.tracking._target_ == "stagedspec.app.tracking.TrackingCallback"
+    assert cfg.hydra.callbacks.tracking._target_ == "stagedspec.app.sweep_callback.TrackingCallback"
 
 
 # ------------------------------------------------------------------ levels from the CLI
@@ -185,7 +185,7 @@ def test_top_level_tree_goes_to_the_top_level(hydra_ctx, questions_file):
 def test_instantiate_allows_only_our_classes():
     with pytest.raises(ConfigError, match="os.system"):
         instantiate({"_target_": "os.system", "command": "true"}, "x")
-    spec = instantiate({"_target_": "stagedspec.models.ModelSpec", "source": "tiny"})
+    spec = instantiate({"_target_": "stagedspec.models.model_loading.ModelSpec", "source": "tiny"})
     assert isinstance(spec, models.ModelSpec) and spec.source == "tiny"
 
 
@@ -220,7 +220,7 @@ def bad_jsonl(tmp_path: Path) -> Path:
 
 BAD = [
     # (overrides, words the error must contain)
-    (["+levels.foo={_target_:stagedspec.hierarchy.Nope,k:2}"], ["levels.foo", "stagedspec.hierarchy.Nope", "NgramLevel"]),
+    (["+levels.foo={_target_:stagedspec.drafters.hierarchy.Nope,k:2}"], ["levels.foo", "stagedspec.drafters.hierarchy.Nope", "NgramLevel"]),
     (["levels.small._target_=builtins.eval"], ["levels.small", "builtins.eval", "ModelLevel"]),
     (["+levels.foo={k:2}"], ["levels.foo", "no _target_", "katz"]),
     (["levels.small.k=0"], ["levels.small: draft length k", "got 0"]),
@@ -237,7 +237,7 @@ BAD = [
     (["levels.copy.enabled=true", "tree=auto"], ["'small'", "tree=auto", "'copy'", "levels.copy=null"]),
     (["levels.small=null", "+drafter@levels.lookup=prompt_lookup", "tree=dynamic"], ["'lookup'", "chains only"]),
     (["+drafter@levels.late=katz", "levels.late.stage=3"], ["'late'", "lowest"]),
-    (["+levels.x={_target_:stagedspec.hierarchy.NgramLevel}"], ["['x']", "stage"]),
+    (["+levels.x={_target_:stagedspec.drafters.hierarchy.NgramLevel}"], ["['x']", "stage"]),
     (["data.categories=[qa,poetry]"], ["poetry"]),
     (["data.path=/nonexistent/questions.jsonl"], ["/nonexistent/questions.jsonl"]),
     # keys nothing reads: named, with the nearest valid one (a '+' adds a key, it fixes no typo)
@@ -257,7 +257,7 @@ BAD = [
 
 @pytest.mark.parametrize("overrides, words", BAD, ids=[" ".join(o) for o, _ in BAD])
 def test_bad_override_fails_before_loading(hydra_ctx, questions_file, no_model_loads, tmp_path, overrides, words):
-    from stagedspec.app import run
+    from stagedspec.app import run_entry as run
 
     cfg = make("experiment=tiny", "data=spec_bench", f"data.path={questions_file}", "tracking=none", *overrides)
     with pytest.raises(ConfigError) as e:
@@ -267,7 +267,7 @@ def test_bad_override_fails_before_loading(hydra_ctx, questions_file, no_model_l
 
 
 def test_malformed_jsonl_line_is_named(hydra_ctx, no_model_loads, tmp_path):
-    from stagedspec.app import run
+    from stagedspec.app import run_entry as run
 
     bad = bad_jsonl(tmp_path)
     with pytest.raises(ConfigError, match=f"{bad}:2"):
@@ -291,7 +291,7 @@ def test_drafter_with_another_vocabulary_fails_before_models_load(hydra_ctx, que
 def test_tokenizer_mismatch_is_caught_after_loading_before_decoding(tmp_path):
     """Same size, different tokens: only the loaded tokenizers tell, and the build step
     refuses it (naming the level) before any decoding."""
-    from stagedspec.models import check_compatible
+    from stagedspec.models.model_loading import check_compatible
 
     class Tok:
         def __init__(self, vocab):
@@ -332,3 +332,12 @@ def test_prompt_set_filters(hydra_ctx, no_model_loads):
     plan = validate_cfg(make("data=mt_bench", "data.categories=[coding,math]", "data.per_category=2", "data.max_turns=1"))
     assert [(q.category, len(q.turns)) for q in plan.questions] == [("math", 1)] * 2 + [("coding", 1)] * 2
     assert len(validate_cfg(make("data=mt_bench", "data.limit=5")).questions) == 5
+
+
+def test_every_allowed_target_keeps_its_hashed_spelling():
+    """Config hashes spell ``_target_`` as before the rooms (issue 19): a class the configs
+    may name without an entry in ``HASHED_TARGETS`` would hash under its new path."""
+    from stagedspec.app.identity import HASHED_TARGETS
+    from stagedspec.app.plan import ALLOWED_TARGETS
+
+    assert set(ALLOWED_TARGETS) == set(HASHED_TARGETS)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from stagedspec.data import (
+from stagedspec.prompts.prompt_sets import (
     HUMANEVAL_INSTRUCTION,
     MT_BENCH_CATEGORIES,
     SPEC_BENCH_CATEGORIES,
@@ -210,7 +210,7 @@ def test_training_code_tasks_are_not_humaneval_tasks():
     """Issue 21 item 9: the prompts drafts are trained on share no task with HumanEval. The check
     is by function-name words, so it catches the 11 of the 26 tasks the list used to hold that
     are HumanEval problems (palindrome, Fibonacci, prime, greatest common divisor, vowels, ...)."""
-    from stagedspec.training_prompts import CODE_TASKS
+    from stagedspec.prompts.training_prompts import CODE_TASKS
 
     problems = load_prompt_set("humaneval")
     old = ["checks whether a string is a palindrome", "returns the n-th Fibonacci number",

@@ -1,4 +1,4 @@
-"""Trained drafts (draft_models.py, drafters/feature.py, distillation.py): exact decoding
+"""Trained drafts (models/draft_files.py, drafters/feature.py, training/): exact decoding
 through them, the weights file and its refusals, the n-gram corpus counts, and a short
 run of the distillation recipe that must beat the untrained draft."""
 
@@ -9,18 +9,16 @@ import functools
 import pytest
 import torch
 
-from stagedspec.decoding import SpeculativeDecoder
-from stagedspec.distillation import (
-    TrainConfig, agreement, generate_corpus, target_features, train_draft, vocab_subset,
-)
-from stagedspec.draft_models import build_draft, load_draft, read_meta, save_draft
 from stagedspec.drafters import KatzNgramDrafter, ModelDrafter
 from stagedspec.drafters.feature import FeatureDrafter
-from stagedspec.kernels import KernelPlan
-from stagedspec.ngram_lm import KatzBackoffLM, read_corpus, write_corpus
-from stagedspec.sampling import SamplingConfig
-from stagedspec.tree import TreeShape
-
+from stagedspec.drafters.ngram_lm import KatzBackoffLM, read_corpus, write_corpus
+from stagedspec.engine.decoding import SpeculativeDecoder
+from stagedspec.engine.kernels import KernelPlan
+from stagedspec.engine.sampling import SamplingConfig
+from stagedspec.engine.tree import TreeShape
+from stagedspec.models.draft_files import build_draft, load_draft, read_meta, save_draft
+from stagedspec.training.corpus import generate_corpus, target_features, vocab_subset
+from stagedspec.training.distillation import TrainConfig, agreement, train_draft
 from .helpers import hf_greedy, tiny_target
 from .test_greedy_exact import N_NEW, _prompts, _reference
 from .test_sampling_exact import V, chi2, chi2_critical
@@ -160,7 +158,7 @@ def _peaked():
 
 def exact_positions_3_4(cfg: SamplingConfig) -> torch.Tensor:
     """The exact joint of the 3rd and 4th emitted tokens, by enumerating all 8^4 paths."""
-    from stagedspec.sampling import probabilities
+    from stagedspec.engine.sampling import probabilities
 
     target = _peaked()[0].model
     paths = torch.tensor([[a] for a in range(V)])
@@ -303,8 +301,9 @@ def test_recipe_short_run_on_the_embedded_target(embedded_model, tmp_path):
     """The shipped drafts' recipe (``distillation.distill``, what ``python -m
     stagedspec.distill`` runs), cut to a few prompts and steps: it trains from scratch,
     beats the untrained draft on held-out answers, and writes files the level loads."""
-    from stagedspec.distillation import CorpusSpec, DistillPlan, corpus_dir, distill
-    from stagedspec.hierarchy import NgramLevel, TrainedLevel
+    from stagedspec.training.distillation import DistillPlan, distill
+    from stagedspec.training.corpus import CorpusSpec, corpus_dir
+    from stagedspec.drafters.hierarchy import NgramLevel, TrainedLevel
 
     seen: dict[str, float] = {}
     # 32 answers of 40 tokens, 8 held out (~300 held-out tokens: one agreement step is 0.3%)

@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from stagedspec.data import load_prompt_set
-from stagedspec.decoding import SpeculativeDecoder
 from stagedspec.drafters import KatzNgramDrafter, ModelDrafter, PromptLookupDrafter
-from stagedspec.models import truncated_copy
-from stagedspec.sampling import SamplingConfig
-from stagedspec.text import encode_prompt
-from stagedspec.tree import TreeShape
+from stagedspec.engine.decoding import SpeculativeDecoder
+from stagedspec.engine.sampling import SamplingConfig
+from stagedspec.engine.tree import TreeShape
+from stagedspec.models.chat_text import encode_prompt
+from stagedspec.models.model_loading import truncated_copy
+from stagedspec.prompts.prompt_sets import load_prompt_set
 
 pytestmark = pytest.mark.slow
 N_NEW = 32

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hydra import compose, initialize_config_dir
 
-from stagedspec.app.generate import generate_one, report
+from stagedspec.app.generate_entry import generate_one, report
 from stagedspec.app.plan import CONF_DIR, ConfigError
 
 

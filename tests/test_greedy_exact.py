@@ -7,11 +7,10 @@ import functools
 import pytest
 import torch
 
-from stagedspec.decoding import SpeculativeDecoder
-from stagedspec.kvmodel import KVModel
-from stagedspec.sampling import SamplingConfig
-from stagedspec.tree import TreeShape, chain
-
+from stagedspec.engine.decoding import SpeculativeDecoder
+from stagedspec.engine.kv_cache import KVModel
+from stagedspec.engine.sampling import SamplingConfig
+from stagedspec.engine.tree import TreeShape, chain
 from .helpers import hf_greedy, hierarchy, tiny_target
 
 N_NEW = 40

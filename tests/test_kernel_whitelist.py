@@ -10,11 +10,10 @@ import torch
 from torch import nn
 from transformers import (AutoModelForCausalLM, GraniteConfig, LlamaConfig, Qwen2Config, SmolLM3Config)
 
-from stagedspec import kernels
-from stagedspec.decoding import SpeculativeDecoder
-from stagedspec.kernels import KernelPlan
-from stagedspec.sampling import SamplingConfig
-
+from stagedspec.engine import kernels
+from stagedspec.engine.decoding import SpeculativeDecoder
+from stagedspec.engine.kernels import KernelPlan
+from stagedspec.engine.sampling import SamplingConfig
 from .helpers import hf_greedy
 
 SMALL = dict(vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,

@@ -13,14 +13,14 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from stagedspec import kernels
-from stagedspec.decoding import SpeculativeDecoder
-from stagedspec.kernels import HF_PLAN, KernelPlan, _choose, available_paths, calibrate
-from stagedspec.kvmodel import KVModel, SlotLayer
-from stagedspec.sampling import SamplingConfig
-from stagedspec.tree import DraftTree, TreeShape
-from stagedspec.verification import verify_tree, verify_tree_greedy
-
+from stagedspec.engine import kernels
+from stagedspec.engine.decoding import SpeculativeDecoder
+from stagedspec.engine.kernels import HF_PLAN, KernelPlan, available_paths
+from stagedspec.models.kernel_calibration import _choose, calibrate
+from stagedspec.engine.kv_cache import KVModel, SlotLayer
+from stagedspec.engine.sampling import SamplingConfig
+from stagedspec.engine.tree import DraftTree, TreeShape
+from stagedspec.engine.verification import verify_tree, verify_tree_greedy
 from .helpers import hf_greedy, hierarchy, tiny_target
 from .test_greedy_exact import N_NEW, _prompts, _reference
 
@@ -241,7 +241,7 @@ def test_fast_plan_ar_and_speculation_agree_on_the_embedded_model(embedded_model
     """Through one calibrated plan, plain decoding and speculation give the same tokens
     on real prompts (they share every kernel choice per row count)."""
     from stagedspec.drafters import KatzNgramDrafter, PromptLookupDrafter
-    from stagedspec.text import encode_prompt
+    from stagedspec.models.chat_text import encode_prompt
 
     plan, _ = calibrate(embedded_model.model, reps=1, cache_dir=tmp_path)
     prompts = [encode_prompt(embedded_model.tokenizer, t) for t in (

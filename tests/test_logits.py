@@ -12,9 +12,9 @@ from transformers import (
     LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
 )
 
-from stagedspec.decoding import SpeculativeDecoder
-from stagedspec.kvmodel import KVModel
-from stagedspec.sampling import SamplingConfig, probabilities
+from stagedspec.engine.decoding import SpeculativeDecoder
+from stagedspec.engine.kv_cache import KVModel
+from stagedspec.engine.sampling import SamplingConfig, probabilities
 
 SMALL = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
              intermediate_size=64, max_position_embeddings=64, initializer_range=0.3)

@@ -1,5 +1,5 @@
-"""Each metric against a case computed by hand (``stats.py`` defines them; the cost model
-is ``cost_model.py``, the intervals ``intervals.py``), and the decoder's counters against
+"""Each metric against a case computed by hand (``metrics/round_stats.py`` defines them; the cost model
+is ``metrics/cost_model.py``, the intervals ``metrics/intervals.py``), and the decoder's counters against
 what its levels really did."""
 
 from __future__ import annotations
@@ -9,17 +9,16 @@ import math
 import pytest
 import torch
 
-from stagedspec import cost_model
-from stagedspec.decoding import SpeculativeDecoder
 from stagedspec.drafters import KatzNgramDrafter, ModelDrafter
-from stagedspec.drafters.base import Drafter
-from stagedspec.evaluation import BatchRun, MethodRun, job_metrics
-from stagedspec.intervals import rate_interval, speedup_interval, t975
-from stagedspec.models import truncated_copy
-from stagedspec.sampling import SamplingConfig
-from stagedspec.stats import GenerationResult, PhaseTimes, RoundStats, SequenceResult, geometric_tokens
-from stagedspec.tree import DraftTree
-
+from stagedspec.engine.decoding import SpeculativeDecoder
+from stagedspec.engine.drafter_protocol import Drafter
+from stagedspec.engine.sampling import SamplingConfig
+from stagedspec.engine.tree import DraftTree
+from stagedspec.evaluation.paired import BatchRun, MethodRun, job_metrics
+from stagedspec.metrics import cost_model
+from stagedspec.metrics.intervals import rate_interval, speedup_interval, t975
+from stagedspec.metrics.round_stats import GenerationResult, PhaseTimes, RoundStats, SequenceResult, geometric_tokens
+from stagedspec.models.model_loading import truncated_copy
 from .helpers import tiny_target
 from .test_greedy_exact import _prompts
 
@@ -274,7 +273,7 @@ def test_repeats_is_checked_before_any_model_loads(bad, tmp_path):
 
 
 def test_interval_metrics_say_what_the_interval_is_over():
-    from stagedspec.intervals import interval_metrics
+    from stagedspec.metrics.intervals import interval_metrics
 
     # (method tokens, seconds, baseline tokens, seconds) per repeat, per unit
     two_prompts = [[(10.0, 1.0, 10.0, 2.0)], [(10.0, 1.0, 10.0, 3.0)]]

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from stagedspec import models
-from stagedspec.models import (
+from stagedspec.models import model_loading as models
+from stagedspec.models.chat_text import encode_prompt
+from stagedspec.models.model_loading import (
     LoadedModel,
     ModelSpec,
     check_compatible,
@@ -16,7 +17,6 @@ from stagedspec.models import (
     save_cache_atomically,
     truncated_copy,
 )
-from stagedspec.text import encode_prompt
 
 
 def _tiny(**kw) -> LoadedModel:

@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from stagedspec.ngram_lm import KatzBackoffLM, prompt_lookup, prompt_lookup_candidates
+from stagedspec.drafters.ngram_lm import KatzBackoffLM, prompt_lookup, prompt_lookup_candidates
 
 
 def _probs(lm: KatzBackoffLM, context: list[int]) -> list[float]:

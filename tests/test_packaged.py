@@ -7,7 +7,7 @@ import hashlib
 
 import pytest
 
-from stagedspec.packaged import PACKAGED, Chunk, check_chunk, packaged
+from stagedspec.models.packaged import PACKAGED, Chunk, check_chunk, packaged
 
 
 def test_registry_totals_are_the_published_gguf_sizes():

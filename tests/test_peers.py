@@ -1,5 +1,7 @@
-"""experiments/peers.py without the embedded model: the measurement loop's schedule and
-resume, the table's arithmetic on hand-made numbers, and one real run on tiny models."""
+"""The peers benchmark without the embedded model: the measurement loop's schedule and resume
+(``stagedspec/evaluation/bench_log.py``), the table's arithmetic on hand-made numbers
+(``bench_table.py``), one real run on tiny models (``bench_methods.py``), and the script
+``experiments/peers.py`` over them."""
 
 from __future__ import annotations
 
@@ -11,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from stagedspec.evaluation import bench_log, bench_methods, bench_table
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _load():
-    sys.path.insert(0, str(ROOT / "experiments"))
     spec = importlib.util.spec_from_file_location("peers_under_test", ROOT / "experiments" / "peers.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # dataclasses look their module up there
@@ -64,13 +67,13 @@ BATCHES = {"hf": [1], "fast": [1, 2], "wrong": [1, 2]}
 def run(path, limit=None, repeats=2, calls=None):
     clock = FakeClock()
     calls = [] if calls is None else calls
-    recs = peers.run_measurements(fake_methods(clock, calls), BATCHES, PROMPTS, 6, [1, 2], repeats, path, "cfg",
+    recs = bench_log.run_measurements(fake_methods(clock, calls), BATCHES, PROMPTS, 6, [1, 2], repeats, path, "cfg",
                                   limit=limit, clock=clock, log=lambda s: None)
     return recs, calls
 
 
 def test_schedule_interleaves_and_rotates():
-    cells = peers.schedule(BATCHES, 5, [1, 2], 2)
+    cells = bench_log.schedule(BATCHES, 5, [1, 2], 2)
     assert len(cells) == 2 * (5 * 3 + 3 * 2)  # 5 prompts x 3 methods at B=1, 3 pairs x 2 methods at B=2
     first = [c.method for c in cells[:6]]
     assert first == ["hf", "fast", "wrong", "fast", "wrong", "hf"]  # rotated by one per prompt
@@ -89,20 +92,20 @@ def test_resume_after_a_kill_gives_the_same_table_and_no_duplicates(tmp_path):
     with path.open("a") as f:
         f.write('{"config": "cfg", "method": "fa')  # a kill mid-write: a torn last line
     resumed, calls2 = run(path)
-    keys = [peers._key(r) for r in resumed]
+    keys = [bench_log.record_key(r) for r in resumed]
     assert len(keys) == len(set(keys)) == len(full) == 42
     assert len([c for c in calls2 if c[2] == 6]) == 42 - 7  # done cells are not measured again
     again, calls3 = run(path)  # nothing left: no method is even warmed up
     assert len(again) == 42 and calls3 == []
-    on_disk = peers.read_measurements(path, "cfg")
-    assert len(on_disk) == 42 and peers.read_measurements(path, "other") == []
+    on_disk = bench_log.read_measurements(path, "cfg")
+    assert len(on_disk) == 42 and bench_log.read_measurements(path, "other") == []
     # the order of a resumed run is the schedule's, the cells done before skipped
-    order = [peers._key(r) for r in on_disk]
-    assert order == [c.key for c in peers.schedule(BATCHES, 5, [1, 2], 2)]
-    t_full = peers.summarize(full, CATS, greedy=True, min_s_per_call=0.1)
-    t_res = peers.summarize(resumed, CATS, greedy=True, min_s_per_call=0.1)
+    order = [bench_log.record_key(r) for r in on_disk]
+    assert order == [c.key for c in bench_log.schedule(BATCHES, 5, [1, 2], 2)]
+    t_full = bench_table.summarize(full, CATS, greedy=True, min_s_per_call=0.1)
+    t_res = bench_table.summarize(resumed, CATS, greedy=True, min_s_per_call=0.1)
     assert t_full == t_res
-    assert peers.markdown(t_full) == peers.markdown(t_res)
+    assert bench_table.markdown(t_full) == bench_table.markdown(t_res)
 
 
 def test_more_repeats_resume_the_same_measurements(tmp_path):
@@ -131,7 +134,7 @@ def test_table_arithmetic_on_hand_made_numbers():
         # batch 2: 20 tokens in 1 s vs HF's 20 tokens in 3 s -> ratio 3
         rec("x", 2, [0, 1], 0, 20, 1.0, **ours),
     ]
-    t = peers.summarize(records, ["a", "b"], greedy=True, min_s_per_call=0.01)
+    t = bench_table.summarize(records, ["a", "b"], greedy=True, min_s_per_call=0.01)
     rows = {(r["method"], r["batch"]): r for r in t["overall"]}
     x = rows[("x", 1)]
     assert x["speedup_vs_hf"] == pytest.approx(math.sqrt(2.5 * 0.5))
@@ -153,8 +156,8 @@ def test_table_arithmetic_on_hand_made_numbers():
     assert t["a"][1]["speedup_vs_hf"] == pytest.approx(2.5)
     assert t["b"][1]["speedup_vs_hf"] == pytest.approx(0.5)
     # sampled: no output comparison
-    assert peers.summarize(records, ["a", "b"], greedy=False)["overall"][1]["differing_outputs"] is None
-    md = peers.markdown(t)
+    assert bench_table.summarize(records, ["a", "b"], greedy=False)["overall"][1]["differing_outputs"] is None
+    md = bench_table.markdown(t)
     assert "| x | 1 | 5.5 | 1.12 [" in md and "| 1/2 |" in md
 
 
@@ -168,7 +171,7 @@ def test_speedup_is_the_geometric_mean_of_per_prompt_ratios():
     records = [rec("hf", 0, 10, 1.0), rec("hf", 1, 10, 1.0),
                rec("x", 0, 20, 1.0, rounds=10, drafted=10.0, accepted=8.0, target_calls=10, target_forward_time=0.5),
                rec("x", 1, 80, 1.0, rounds=20, drafted=30.0, accepted=6.0, target_calls=20, target_forward_time=0.5)]
-    t = peers.summarize(records, ["a", "a"], greedy=True)
+    t = bench_table.summarize(records, ["a", "a"], greedy=True)
     x = t["overall"][1]
     assert x["method"] == "x" and x["speedup_vs_hf"] == pytest.approx(4.0)
     assert x["ci"] == pytest.approx([2.0, 8.0])  # two prompts: the bootstrap's extremes are 2 and 8
@@ -181,19 +184,19 @@ def test_a_real_run_on_tiny_models(tmp_path):
     """HF generate and our decoders on a tiny random Llama, through the same loop: ours
     equal HF greedy at batch 1 and 2."""
     from stagedspec.drafters import KatzNgramDrafter
-    from stagedspec.sampling import SamplingConfig
+    from stagedspec.engine.sampling import SamplingConfig
     from tests.helpers import tiny_target
 
     target = tiny_target()
     prompts = [[5, 6, 7, 8, 5, 6, 7], [9, 10, 11, 9, 10], [3, 4, 3, 4, 3]]
-    methods = {"hf": peers.hf_fn(target.model, [], 0.0),
-               "ar": peers.ours_fn(target, lambda: None, SamplingConfig(), [], peers_plan()),
-               "ngram>target": peers.ours_fn(target, lambda: KatzNgramDrafter(target.vocab_size, k=3),
+    methods = {"hf": bench_methods.hf_fn(target.model, [], 0.0),
+               "ar": bench_methods.ours_fn(target, lambda: None, SamplingConfig(), [], peers_plan()),
+               "ngram>target": bench_methods.ours_fn(target, lambda: KatzNgramDrafter(target.vocab_size, k=3),
                                              SamplingConfig(), [], peers_plan())}
     batches = {"hf": [1], "ar": [1, 2], "ngram>target": [1, 2]}
-    recs = peers.run_measurements(methods, batches, prompts, 8, [1, 2], 1, tmp_path / "m.jsonl", "h",
+    recs = bench_log.run_measurements(methods, batches, prompts, 8, [1, 2], 1, tmp_path / "m.jsonl", "h",
                                   log=lambda s: None)
-    t = peers.summarize(recs, ["c"] * 3, greedy=True, min_s_per_call=1e-4)
+    t = bench_table.summarize(recs, ["c"] * 3, greedy=True, min_s_per_call=1e-4)
     rows = {(r["method"], r["batch"]): r for r in t["overall"]}
     assert set(rows) == {("hf", 1), ("ar", 1), ("ar", 2), ("ngram>target", 1), ("ngram>target", 2)}
     for (m, b), r in rows.items():
@@ -212,7 +215,7 @@ def test_a_real_run_on_tiny_models(tmp_path):
 
 
 def peers_plan():
-    from stagedspec.kernels import HF_PLAN
+    from stagedspec.engine.kernels import HF_PLAN
 
     return HF_PLAN
 
@@ -237,21 +240,27 @@ def test_hf_methods_on_a_tiny_target_with_a_layers_draft(tmp_path):
 
     import torch
 
-    from stagedspec.draft_models import build_draft, save_draft
+    from stagedspec.models.draft_files import build_draft, save_draft
     from tests.helpers import tiny_target
 
     target = tiny_target()
     save_draft(build_draft(target.model, "layers", 1, torch.arange(target.vocab_size)), tmp_path / "layers.safetensors")
     files = {k: tmp_path / f"{k}.safetensors" for k in ("feature", "layers", "ngram")}
     args = argparse.Namespace(temperature=0.0, assistant_schedule="heuristic", prompt_lookup=10, early_exit=1)
-    made, skipped, info = peers.hf_methods(args, target.model, target.name, files, [])
+    made, skipped, info = bench_methods.hf_methods(args, target.model, target.name, files, [])
     assert set(made) == {"hf", "hf_assisted_layers", "hf_prompt_lookup", "hf_early_exit"}, skipped
-    settings = peers.assistant_settings(info["assistant"])
+    settings = bench_methods.assistant_settings(info["assistant"])
     assert settings["num_assistant_tokens_schedule"] == "heuristic"
     assert settings["num_assistant_tokens"] is not None and settings["assistant_confidence_threshold"] is not None
     p = [[5, 6, 7, 8, 5, 6, 7]]
     want = made["hf"](p, 6)["outputs"]
     for name, fn in made.items():
         assert fn(p, 6)["outputs"] == want, name
-    made, skipped, _ = peers.hf_methods(args, target.model, target.name, {**files, "layers": tmp_path / "none"}, [])
+    made, skipped, _ = bench_methods.hf_methods(args, target.model, target.name, {**files, "layers": tmp_path / "none"}, [])
     assert "hf_assisted_layers" not in made and "no layers draft" in skipped["hf_assisted_layers"]
+
+
+def test_the_script_is_thin_over_the_shared_bench_code():
+    assert peers.run_measurements is bench_log.run_measurements and peers.summarize is bench_table.summarize
+    args = peers.parse_args([])
+    assert (args.data, args.prompts, args.repeats, args.batch_sizes) == ("mt_bench", 8, 3, "1,2,4,8")

@@ -7,13 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from stagedspec.decoding import SpeculativeDecoder
 from stagedspec.drafters import KatzNgramDrafter, ModelDrafter
 from stagedspec.drafters.pruned_head import frequent_ids, pruned_copy, token_counts
-from stagedspec.kvmodel import KVModel
-from stagedspec.models import truncated_copy
-from stagedspec.sampling import SamplingConfig
-
+from stagedspec.engine.decoding import SpeculativeDecoder
+from stagedspec.engine.kv_cache import KVModel
+from stagedspec.engine.sampling import SamplingConfig
+from stagedspec.models.model_loading import truncated_copy
 from .helpers import hf_greedy, tiny_target
 
 IDS = torch.tensor([0, 3, 5, 17, 40, 41, 42, 99, 127])

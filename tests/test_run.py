@@ -202,7 +202,7 @@ def test_in_process_job_resume_and_redo(tmp_path, questions):
     """``execute`` without the CLI (as from a notebook): skip when done, redo with resume=false."""
     from hydra import compose, initialize_config_dir
 
-    from stagedspec.app import run
+    from stagedspec.app import run_entry as run
     from stagedspec.app.plan import CONF_DIR
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"

@@ -30,15 +30,13 @@ import types
 import pytest
 import torch
 
-from stagedspec import decoding, kernels, verification
-from stagedspec.decoding import SpeculativeDecoder
-from stagedspec.drafters import BypassDrafter, KatzNgramDrafter, ModelDrafter, PromptLookupDrafter
-from stagedspec.drafters import model as model_drafter
-from stagedspec.kernels import HF_PLAN, KernelPlan, available_paths
-from stagedspec.models import truncated_copy
-from stagedspec.sampling import SamplingConfig, probabilities
-from stagedspec.tree import TreeShape
-
+from stagedspec.drafters import BypassDrafter, KatzNgramDrafter, ModelDrafter, PromptLookupDrafter, model_drafter
+from stagedspec.engine import decoding, kernels, verification
+from stagedspec.engine.decoding import SpeculativeDecoder
+from stagedspec.engine.kernels import HF_PLAN, KernelPlan, available_paths
+from stagedspec.engine.sampling import SamplingConfig, probabilities
+from stagedspec.engine.tree import TreeShape
+from stagedspec.models.model_loading import truncated_copy
 from .helpers import tiny_target
 
 V = 8

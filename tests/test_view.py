@@ -14,10 +14,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 from mlflow import MlflowClient
 
-from stagedspec.app.generate import generate_one
+from stagedspec.app.generate_entry import generate_one
 from stagedspec.app.plan import CONF_DIR
 from stagedspec.app.view import StreamView, TextPieces, job_page, token_views, wants_color
-from stagedspec.stats import RoundStats
+from stagedspec.metrics.round_stats import RoundStats
 
 REPO = Path(__file__).resolve().parent.parent
 VOCAB = ["Hel", "lo", " wor", "ld", "!", "\n", "ok"]
@@ -221,7 +221,7 @@ def test_job_logs_a_page_whose_colours_count_its_provenance(tmp_path, questions,
     of each level as the job's provenance holds; the report links it; the experiment
     opens as model training."""
     from analysis.report import build_report
-    from stagedspec.app import run
+    from stagedspec.app import run_entry as run
     from stagedspec.app.tracking import PARENT_ENV, Tracker
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"

@@ -18,6 +18,25 @@ from .plan import data_path, level_dict, level_slots, plain
 HASH_EXCLUDED_KEYS = ("hydra", "tracking", "experiment_name", "resume")
 """Top-level keys that do not change a job's results: where it is logged, not what it does."""
 
+HASHED_TARGETS = {
+    **{f"stagedspec.drafters.hierarchy.{c}": f"stagedspec.hierarchy.{c}"
+       for c in ("NgramLevel", "PromptLookupLevel", "BypassLevel", "ModelLevel", "TrainedLevel")},
+    "stagedspec.models.model_loading.ModelSpec": "stagedspec.models.ModelSpec",
+    "stagedspec.engine.sampling.SamplingConfig": "stagedspec.sampling.SamplingConfig",
+}
+"""``_target_`` class paths as config hashes spell them: the paths before the package was
+split into rooms (issue 19), so a moved class keeps its jobs' hashes and a re-run of an
+old sweep still finds their finished runs."""
+
+
+def _hashed_targets(x: Any) -> Any:
+    """``x`` with every ``_target_`` value spelled as in ``HASHED_TARGETS``."""
+    if isinstance(x, dict):
+        return {k: HASHED_TARGETS.get(v, v) if k == "_target_" else _hashed_targets(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_hashed_targets(v) for v in x]
+    return x
+
 
 def _without(cfg: DictConfig, keys: Iterable[str]) -> dict:
     """Resolved plain dict of ``cfg`` minus top-level ``keys`` (never resolving those)."""
@@ -37,7 +56,7 @@ def config_hash(cfg: DictConfig) -> str:
     path = data_path(data)
     data["path"] = None if path is None else str(path)
     payload["data"] = data
-    text = json.dumps(payload, sort_keys=True, default=str, separators=(",", ":"))
+    text = json.dumps(_hashed_targets(payload), sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
 
 

@@ -23,19 +23,21 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from .. import data
-from ..stats import method_name
+from stagedspec.drafters.hierarchy import target_facing, validate_levels
+from stagedspec.metrics.run_schema import method_name
+from stagedspec.models.model_loading import SOURCES, peek_vocab_size
+from stagedspec.prompts import prompt_sets
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 LEVEL_TARGETS = (
-    "stagedspec.hierarchy.NgramLevel",
-    "stagedspec.hierarchy.PromptLookupLevel",
-    "stagedspec.hierarchy.BypassLevel",
-    "stagedspec.hierarchy.ModelLevel",
-    "stagedspec.hierarchy.TrainedLevel",
+    "stagedspec.drafters.hierarchy.NgramLevel",
+    "stagedspec.drafters.hierarchy.PromptLookupLevel",
+    "stagedspec.drafters.hierarchy.BypassLevel",
+    "stagedspec.drafters.hierarchy.ModelLevel",
+    "stagedspec.drafters.hierarchy.TrainedLevel",
 )
-ALLOWED_TARGETS = LEVEL_TARGETS + ("stagedspec.models.ModelSpec", "stagedspec.sampling.SamplingConfig")
+ALLOWED_TARGETS = LEVEL_TARGETS + ("stagedspec.models.model_loading.ModelSpec", "stagedspec.engine.sampling.SamplingConfig")
 
 LEVEL_META_KEYS = ("stage", "enabled")
 """Keys of a level dict that the runner reads (ordering, on/off) and the level never sees."""
@@ -238,8 +240,6 @@ def levels_from_cfg(cfg: DictConfig) -> list[Any]:
     if shape is not None:
         if not levels:
             raise ConfigError(f"tree: shape {shape!r} needs at least one draft level (all levels are off)")
-        from ..hierarchy import target_facing
-
         i = target_facing(levels)
         top = levels[i] if i >= 0 else levels[-1]
         if not hasattr(top, "tree"):
@@ -290,7 +290,7 @@ class JobPlan:
     repeats: int = 1
     """Times each batch is decoded by the method and by the baseline, interleaved."""
     data_name: str | None = None
-    """The prompt set (``data.PROMPT_SETS``); None when the job reads no data (generate)."""
+    """The prompt set (``prompt_sets.PROMPT_SETS``); None when the job reads no data (generate)."""
 
     @property
     def method(self) -> str:
@@ -306,8 +306,6 @@ class JobPlan:
     def tree(self) -> str:
         """The tree shape sent to the target as text ("chain" for a chain): the shape of the
         level drafting for the target (under a bypass level, the one it passes rounds to)."""
-        from ..hierarchy import target_facing
-
         i = target_facing(self.levels) if self.levels else -1
         shape = getattr(self.levels[i], "shape", None) if i >= 0 else None
         return "chain" if shape is None else str(shape)
@@ -338,9 +336,9 @@ def data_path(d: dict) -> Path | None:
     (``spec_bench``: ``path`` resolved, else ``$STAGEDSPEC_DATA``); None for a prompt set
     that ships in a package (its version, pinned by the install step, fixes the file)."""
     name = d.get("name") or DEFAULT_DATA
-    if name not in data.PROMPT_SETS or not data.PROMPT_SETS[name].needs_path:
+    if name not in prompt_sets.PROMPT_SETS or not prompt_sets.PROMPT_SETS[name].needs_path:
         return None
-    chosen = d.get("path") or os.environ.get(data.DATA_ENV)
+    chosen = d.get("path") or os.environ.get(prompt_sets.DATA_ENV)
     return Path(chosen).expanduser().resolve() if chosen else None
 
 
@@ -357,27 +355,27 @@ def _load_data(cfg: DictConfig) -> tuple[Path, list[Any], str]:
     if unknown:
         raise unknown_key("data", unknown[0], DATA_KEYS, d[unknown[0]])
     name = d.get("name") or DEFAULT_DATA
-    if name not in data.PROMPT_SETS:
-        close = difflib.get_close_matches(str(name), list(data.PROMPT_SETS), n=1)
+    if name not in prompt_sets.PROMPT_SETS:
+        close = difflib.get_close_matches(str(name), list(prompt_sets.PROMPT_SETS), n=1)
         hint = f"; did you mean data={close[0]}?" if close else ""
-        raise ConfigError(f"data.name: unknown prompt set {name!r}; valid: {list(data.PROMPT_SETS)}{hint}")
-    ps = data.PROMPT_SETS[name]
+        raise ConfigError(f"data.name: unknown prompt set {name!r}; valid: {list(prompt_sets.PROMPT_SETS)}{hint}")
+    ps = prompt_sets.PROMPT_SETS[name]
     if d.get("path") and not ps.needs_path:
         raise ConfigError(
             f"data.path={d['path']!r} is ignored by data={name} (its questions ship in the "
             f"{ps.package.split('==')[0]} package); for a questions file use data=spec_bench data.path={d['path']}"
         )
-    if ps.needs_path and not (d.get("path") or os.environ.get(data.DATA_ENV)):
+    if ps.needs_path and not (d.get("path") or os.environ.get(prompt_sets.DATA_ENV)):
         raise ConfigError(
             f"data.path: data={name} reads a JSONL file and none was given: add data.path=/path/to/question.jsonl "
-            f"(or set ${data.DATA_ENV}); offline sets that need no file: data=mt_bench, data=humaneval"
+            f"(or set ${prompt_sets.DATA_ENV}); offline sets that need no file: data=mt_bench, data=humaneval"
         )
     limit = d.get("limit")
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
         raise ConfigError(f"data.limit must be an integer >= 1 or null, got {limit!r}")
     try:
-        path = data.prompt_set_path(name, d.get("path"))
-        questions = data.load_prompt_set(name, d.get("path"), categories=d.get("categories"),
+        path = prompt_sets.prompt_set_path(name, d.get("path"))
+        questions = prompt_sets.load_prompt_set(name, d.get("path"), categories=d.get("categories"),
                                          per_category=d.get("per_category"), limit=limit,
                                          max_turns=d.get("max_turns"))
     except FileNotFoundError as e:
@@ -391,8 +389,6 @@ def _load_data(cfg: DictConfig) -> tuple[Path, list[Any], str]:
 
 def _check_spec_fields(spec: Any, where: str) -> None:
     """A ``path`` its source never reads, refused (see ``PATH_SOURCES``)."""
-    from ..models import SOURCES
-
     if spec.path is not None and spec.source in SOURCES and spec.source not in PATH_SOURCES:
         raise ConfigError(
             f"{where}.path={spec.path!r} is ignored by source {spec.source!r}; a path is read by source "
@@ -404,8 +400,6 @@ def _check_spec_fields(spec: Any, where: str) -> None:
 def _check_vocab_sizes(target: Any, levels: list[Any]) -> None:
     """A model level with another vocabulary than the target's, refused from the configs'
     metadata before any weights load (the full tokenizer comparison runs at build time)."""
-    from ..models import peek_vocab_size
-
     want = None
     for lv in levels:
         spec = lv.spec() if hasattr(lv, "spec") else None
@@ -432,8 +426,6 @@ def validate_cfg(cfg: DictConfig, with_data: bool = True, extra_keys: tuple[str,
     can only be found once the models are loaded; ``ModelLevel.build`` checks it then,
     before decoding, naming the level.
     """
-    from ..hierarchy import validate_levels
-
     check_keys(cfg, extra_keys)
     batch_size = _check_int(cfg, "batch_size", 1)
     max_new_tokens = _check_int(cfg, "max_new_tokens", 1)

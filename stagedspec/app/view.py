@@ -27,7 +27,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, TextIO
 
-from ..stats import TARGET, RoundStats
+from stagedspec.metrics.round_stats import RoundStats
+from stagedspec.metrics.run_schema import TARGET
 
 Decode = Callable[[list[int]], str]
 

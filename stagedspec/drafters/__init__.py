@@ -1,8 +1,8 @@
-"""Draft levels. Every level implements ``Drafter`` (see ``base.py``)."""
+"""Draft levels. Every level implements ``Drafter`` (``stagedspec/engine/drafter_protocol.py``)."""
 
-from .base import Drafter
+from stagedspec.engine.drafter_protocol import Drafter
 from .bypass import BypassDrafter
-from .model import ModelDrafter
-from .ngram import KatzNgramDrafter, PromptLookupDrafter
+from .model_drafter import ModelDrafter
+from .ngram_drafters import KatzNgramDrafter, PromptLookupDrafter
 
 __all__ = ["BypassDrafter", "Drafter", "KatzNgramDrafter", "ModelDrafter", "PromptLookupDrafter"]

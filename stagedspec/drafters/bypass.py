@@ -23,8 +23,8 @@ import time
 
 import torch
 
-from ..tree import DraftTree
-from .base import Drafter
+from stagedspec.engine.drafter_protocol import Drafter
+from stagedspec.engine.tree import DraftTree
 
 
 def longest_match(context: list[int], max_match: int, min_match: int) -> tuple[int, int]:

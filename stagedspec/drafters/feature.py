@@ -1,4 +1,4 @@
-"""An EAGLE-style feature draft as a level (see ``draft_models.py`` for the model).
+"""An EAGLE-style feature draft as a level (see ``stagedspec/models/draft_files.py`` for the model).
 
 At slot t it reads ``fc([embed(x_{t+1}); f_t])``, where ``f_t`` is the target's last hidden
 state at position t, and its output predicts ``f_{t+1}``; the pruned head turns that into
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from ..tree import TreeShapeT
-from .model import ModelDrafter
+from stagedspec.engine.tree import TreeShapeT
+from .model_drafter import ModelDrafter
 
 
 class FeatureDrafter(ModelDrafter):

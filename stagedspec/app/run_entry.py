@@ -1,0 +1,246 @@
+"""The experiment runner: ``python -m stagedspec.run [-m] [overrides]``.
+
+Where a Hydra config, the decoding library and the tracker meet. One job:
+
+1. translate the whole config into a checked ``JobPlan``, reading the questions
+   (``plan.validate_cfg``): nothing is loaded before every cheap check has passed, and
+   below ``execute`` only the plan travels;
+2. skip the job if MLflow already holds a FINISHED run with the same config hash;
+3. load the models (once per process: a multirun's later jobs reuse them), build the
+   draft hierarchy (this checks each drafter's tokenizer against the target's);
+4. decode every prompt turn with the plain autoregressive baseline and with the
+   configured method, ``batch_size`` prompts of one category at a time
+   (``evaluation.decode_paired``: the two interleaved per batch, ``repeats`` times);
+5. write ``outputs.jsonl``, ``metrics.json``, ``config.yaml`` and ``view.html`` (a few
+   answers, each token coloured by the level that proposed it: ``view.py``) in the Hydra
+   run directory and log params, metrics, tags and artifacts to MLflow.
+
+Examples::
+
+    python -m stagedspec.run                                  # one job, conf/config.yaml
+    python -m stagedspec.run -m experiment=default            # the default sweep
+    python -m stagedspec.run -m levels.small.k=1,2,4,8 sampling=greedy,t07
+    python -m stagedspec.run levels.ngram=null                # small > target only
+    python -m stagedspec.run +drafter@levels.lookup=prompt_lookup levels.ngram=null
+    python -m stagedspec.run -m hydra/launcher=parallel target.threads=1 levels.small.k=2,4
+    python -m stagedspec.run tracking.uri=http://127.0.0.1:5000
+
+Test hook: with ``STAGEDSPEC_FAIL_AFTER_JOBS=N`` set, every job whose Hydra job number
+is >= N fails after its method's first batch: it raises (``STAGEDSPEC_FAIL_MODE=raise``,
+the default; the run is marked FAILED) or kills the process on the spot
+(``STAGEDSPEC_FAIL_MODE=exit``; the run stays RUNNING, like a job killed by a scheduler).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import hydra
+import torch
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+from tqdm.contrib.logging import logging_redirect_tqdm
+
+from stagedspec.drafters.hierarchy import build_hierarchy
+from stagedspec.engine.decoding import SpeculativeDecoder
+from stagedspec.evaluation.paired import decode_paired, job_metrics
+from stagedspec.models.chat_text import encode, eos_token_ids, ids_to_text
+from stagedspec.models.kernel_calibration import kernel_plan
+from stagedspec.models.model_loading import LoadedModel, load_cached
+from .cli import config_errors
+from .identity import config_hash, job_params, run_name
+from .plan import CONF_DIR, ConfigError, JobPlan, validate_cfg
+from .sweep_callback import parent_run_id, swept
+from .tracking import Tracker, child_note, tracker_for
+from .view import job_page
+
+log = logging.getLogger(__name__)
+
+FAIL_AFTER_ENV = "STAGEDSPEC_FAIL_AFTER_JOBS"
+FAIL_MODE_ENV = "STAGEDSPEC_FAIL_MODE"
+ARTIFACTS = ("config.yaml", "outputs.jsonl", "metrics.json", "view.html")
+
+
+def execute(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, float] | None:
+    """Run one job; returns its metrics, or None when it was skipped as already done."""
+    plan = validate_cfg(cfg)  # before anything is loaded
+    chash = config_hash(cfg)
+    hc = HydraConfig.get() if HydraConfig.initialized() else None
+    out_dir = Path(out_dir or (hc.runtime.output_dir if hc else Path.cwd()))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    job_num = int(hc.job.num) if hc is not None and hc.job.get("num") is not None else 0
+    tracker = tracker_for(cfg)
+    if tracker is not None and plan.resume:
+        done = tracker.finished_child(chash)
+        if done is not None:
+            log.info("skipping, already done: run %s has config hash %s", done, chash[:12])
+            return None
+    # what the job is written down as: the resolved config without Hydra's node
+    config_yaml = OmegaConf.to_yaml(_task_cfg(cfg), resolve=True)
+    params = job_params(cfg, plan) if tracker is not None else {}
+    tags = {
+        "stagedspec.method": plan.method, "stagedspec.device": plan.device,
+        "stagedspec.experiment": plan.experiment_name, "stagedspec.data": plan.data_name,
+    }
+    top = plan.levels[-1].name if plan.levels else None
+    name = run_name(plan.run_name, hc.overrides.task if hc is not None else [], swept(), top)
+    run_id = None
+    if tracker is not None:
+        run_id = tracker.start_child(parent_run_id(), chash, name, tags, redo_finished=not plan.resume)
+    try:
+        if tracker is not None:
+            tracker.log_prompt_set(run_id, plan.questions, plan.data_name, str(plan.data_path) if plan.data_path else None)
+        metrics = _run_job(plan, out_dir, job_num, config_yaml, params, tracker, run_id, name)
+    except BaseException:
+        if tracker is not None:
+            tracker.end(run_id, "FAILED")
+        raise
+    if tracker is not None:
+        tracker.end(run_id, "FINISHED")
+    return metrics
+
+
+def _run_job(
+    plan: JobPlan, out_dir: Path, job_num: int, config_yaml: str, params: dict[str, Any],
+    tracker: Tracker | None, run_id: str | None, name: str = "",
+) -> dict[str, float]:
+    t0 = time.perf_counter()
+    target = load_cached(plan.target)
+    drafter = build_hierarchy(plan.levels, target, load_cached)  # checks tokenizers, naming the level
+    if tracker is not None:
+        draft_models = {lv.name: _level_model_name(lv, target) for lv in plan.levels}
+        tracker.log(run_id, tags={"stagedspec.target_model": target.name, "stagedspec.draft_models": json.dumps(draft_models)})
+    load_s = time.perf_counter() - t0
+    eos = eos_token_ids(target)
+    kernels = kernel_plan(target, plan.kernels)
+    if tracker is not None:
+        tracker.log(run_id, tags={"stagedspec.kernel_plan": kernels.describe()})
+    # the method and the plain baseline share every kernel choice
+    method_dec = SpeculativeDecoder(target.model, drafter, plan.sampling, eos, context_length=target.context_length,
+                                    plan=kernels)
+    ar_dec = SpeculativeDecoder(target.model, None, plan.sampling, eos, context_length=target.context_length,
+                                plan=kernels)
+    depth = method_dec.draft_depth
+    max_prompt = target.context_length - plan.max_new_tokens - depth
+    if max_prompt < 1:
+        raise ConfigError(
+            f"max_new_tokens={plan.max_new_tokens} plus draft depth {depth} leaves no room for a prompt in "
+            f"{target.name}'s context of {target.context_length} tokens"
+        )
+    if plan.warmup:  # first forwards allocate; keep that out of either method's time
+        first = encode(target, plan.questions[0].turns[0], [])[-min(32, max_prompt) :]
+        for dec in (method_dec, ar_dec):
+            dec.generate([first], min(4, plan.max_new_tokens))
+
+    with logging_redirect_tqdm():  # method and baseline interleaved batch by batch, `repeats` times each
+        run, ar = decode_paired(method_dec, ar_dec if plan.baseline and plan.levels else None, target,
+                                plan.questions, batch_size=plan.batch_size, max_new_tokens=plan.max_new_tokens,
+                                max_prompt=max_prompt, repeats=plan.repeats, seed=plan.seed,
+                                after_batch=lambda: _maybe_fail(job_num))
+        if plan.baseline and not plan.levels:
+            ar = run  # the method *is* the baseline: speedup 1 by definition
+
+    metrics = job_metrics(run, ar, plan.sampling.greedy)
+    metrics["model_load_s"] = load_s
+    _write(out_dir, run.records + (ar.records if ar is not None and ar is not run else []), metrics, config_yaml)
+    (out_dir / "view.html").write_text(job_page(
+        plan.method, [lv.name for lv in plan.levels], run.records, lambda ids: ids_to_text(target, ids),
+        {q.question_id: q.turns for q in plan.questions}), encoding="utf-8")
+    log.info(
+        "%s: %.2f tok/s%s, %.2f tokens/call, acceptance %.3f over %d prompts -> %s", plan.method,
+        metrics["tokens_per_s"], f" (AR {metrics['ar_tokens_per_s']:.2f}, speedup {metrics['speedup']:.3f})" if ar else "",
+        metrics["mean_accepted_tokens_per_call"], metrics.get("acceptance_rate", float("nan")), len(run.records), out_dir,
+    )
+    if tracker is not None:
+        tracker.log(run_id, params=params, metrics=metrics)
+        tracker.describe(run_id, child_note(name or plan.run_name, metrics, _data_text(plan), plan.max_new_tokens))
+        tracker.log_table(run_id, outputs_table(plan, run.records, ar.records if ar is not None and ar is not run else []),
+                          "outputs_table.json")
+        for fname in ARTIFACTS:
+            tracker.log_artifact(run_id, out_dir / fname)
+        overrides = out_dir / ".hydra" / "overrides.yaml"  # the job's command-line overrides, as Hydra wrote them
+        if overrides.is_file():
+            tracker.log_artifact(run_id, overrides, "hydra")
+    return metrics
+
+
+def _data_text(plan: JobPlan) -> str:
+    """"mt_bench (8 questions, 8 prompt turns)"."""
+    turns = sum(len(q.turns) for q in plan.questions)
+    return f"{plan.data_name} ({len(plan.questions)} questions, {turns} prompt turns)"
+
+
+def outputs_table(plan: JobPlan, records: list[dict], ar_records: list[dict]) -> dict[str, list]:
+    """One row per prompt turn: the question, the method's answer and what it cost, and
+    plain decoding's answer beside it (``log_table``: a table in the MLflow UI)."""
+    questions = {q.question_id: q for q in plan.questions}
+    ar = {(r["question_id"], r["turn"]): r for r in ar_records}
+    cols: dict[str, list] = {k: [] for k in (
+        "question_id", "category", "turn", "question", "answer", "new_tokens", "target_calls", "tokens_per_call",
+        "finished", "plain_answer", "same_as_plain")}
+    for r in records:
+        calls = len(r["rounds"])
+        other = ar.get((r["question_id"], r["turn"]))
+        cols["question_id"].append(r["question_id"])
+        cols["category"].append(r["category"])
+        cols["turn"].append(r["turn"])
+        cols["question"].append(questions[r["question_id"]].turns[r["turn"] - 1])
+        cols["answer"].append(r["text"])
+        cols["new_tokens"].append(len(r["output_ids"]))
+        cols["target_calls"].append(calls)
+        cols["tokens_per_call"].append(round(len(r["output_ids"]) / calls, 3) if calls else None)
+        cols["finished"].append(r["finished_reason"])
+        cols["plain_answer"].append(other["text"] if other else None)
+        cols["same_as_plain"].append(other["output_ids"] == r["output_ids"] if other else None)
+    return cols
+
+
+def _write(out_dir: Path, records: list[dict], metrics: dict[str, float], config_yaml: str) -> None:
+    """The job's files in its run directory (the tracker gets copies as artifacts)."""
+    with open(out_dir / "outputs.jsonl", "w", encoding="utf-8") as f:
+        for rec in records:
+            f.write(json.dumps(rec) + "\n")
+    (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=1, sort_keys=True))
+    (out_dir / "config.yaml").write_text(config_yaml)
+
+
+def _maybe_fail(job_num: int) -> None:
+    """The test hook described in the module docstring."""
+    after = os.environ.get(FAIL_AFTER_ENV)
+    if after is None or job_num < int(after):
+        return
+    if os.environ.get(FAIL_MODE_ENV, "raise") == "exit":
+        log.error("test hook %s=%s: killing the process in job %d", FAIL_AFTER_ENV, after, job_num)
+        logging.shutdown()
+        os._exit(137)
+    raise RuntimeError(f"test hook {FAIL_AFTER_ENV}={after}: job {job_num} fails mid-way")
+
+
+def _level_model_name(level: Any, target: LoadedModel) -> str:
+    spec = level.spec() if hasattr(level, "spec") else None
+    if spec is None:
+        return type(level).__name__
+    if spec.source == "truncated":
+        return f"{target.name}-first{spec.layers}"  # truncated_copy's name
+    return load_cached(spec).name  # already loaded by build_hierarchy
+
+
+def _task_cfg(cfg: DictConfig) -> DictConfig:
+    """The job's config without the ``hydra`` node (present when composed with it)."""
+    if "hydra" not in cfg:
+        return cfg
+    return OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+
+
+# An absolute path: with a relative one, Hydra would look for a package `conf` (it reads
+# paths relative to a module that is not __main__ as packages; here the `python -m
+# stagedspec.run` shim is __main__), and conf/ is no package.
+@hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> dict[str, float] | None:
+    with config_errors():  # one line on the console; HYDRA_FULL_ERROR=1 for the traceback
+        return execute(cfg)

@@ -1,0 +1,323 @@
+"""Draft hierarchies as plain config objects: a list of levels, lowest first, ending below
+the target.
+
+Each level is a small dataclass that can be validated without loading anything
+(``validate``) and then built into a drafter (``build``) once the models exist. The Hydra
+runner instantiates these from ``_target_`` dicts; a notebook can construct them directly:
+
+    levels = [NgramLevel(k=4), ModelLevel(model=ModelSpec(source="truncated", layers=4), k=4)]
+    drafter = build_hierarchy(levels, target, loader)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
+from pathlib import Path
+from typing import Any, Callable
+
+from stagedspec.engine.drafter_protocol import Drafter
+from stagedspec.engine.tree import AutoShape, TreeShape, TreeShapeT
+from stagedspec.models.draft_files import load_draft, read_meta
+from stagedspec.models.model_loading import LoadedModel, ModelSpec, check_compatible, truncated_copy
+from stagedspec.search.auto_tree import attach
+from .bypass import BypassDrafter
+from .feature import FeatureDrafter
+from .model_drafter import ModelDrafter
+from .ngram_drafters import KatzNgramDrafter, PromptLookupDrafter
+from .ngram_lm import KatzBackoffLM, read_corpus
+from .pruned_head import head_subset, pruned_copy
+
+
+def _check_k(name: str, k: Any) -> None:
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise ValueError(f"level {name!r}: draft length k must be an integer >= 1, got {k!r}")
+
+
+class _TreeLevel:
+    """A level that can draft a tree: ``tree`` is the setting as configured (see
+    ``TreeShape.parse``; None = a chain of k), ``shape`` the same setting parsed."""
+
+    tree: Any
+
+    @cached_property
+    def shape(self) -> TreeShapeT:
+        # parsed once per level: validation, the drafter and the run's labels all read it
+        return TreeShape.parse(self.tree)
+
+
+ASSETS = Path(__file__).resolve().parents[1] / "assets"
+EMBEDDED_ASSETS = {
+    "embedded-feature": "smollm2-135m.feature.safetensors",
+    "embedded-layers": "smollm2-135m.layers.safetensors",
+    "embedded": "smollm2-135m.ngram.safetensors",
+}
+"""Files shipped for the embedded target (stagedspec/assets/README.md says how each was made)."""
+
+
+def _asset_path(value: str, what: str, valid: tuple[str, ...]) -> Path:
+    if value in EMBEDDED_ASSETS and value in valid:
+        return ASSETS / EMBEDDED_ASSETS[value]
+    p = Path(value).expanduser()
+    if not p.is_file():
+        raise FileNotFoundError(f"{what} {value!r} does not exist (give a file, or one of {list(valid)})")
+    return p.resolve()
+
+
+@lru_cache(maxsize=4)
+def corpus_lm(path: Path, mtime: float, vocab_size: int, order: int):
+    """The n-gram counts of a token-id corpus file, counted once per process."""
+    lm = KatzBackoffLM(vocab_size, order)
+    lm.update(read_corpus(path, vocab_size))
+    return lm
+
+
+@dataclass
+class NgramLevel(_TreeLevel):
+    """Katz-backoff n-gram LM over token ids: the row's own text so far, on top of
+    optional fixed counts (``corpus``: a token-id file of the target's own outputs, as
+    ``python -m stagedspec.distill`` writes; ``corpus_file``: a text file)."""
+
+    k: int = 4
+    order: int = 3
+    corpus: str | None = None
+    """A token-id corpus file, "embedded" (the one shipped for the embedded target) or null."""
+    corpus_file: str | None = None
+    """Optional text file whose tokenization is added to the fixed counts."""
+    tree: Any = None
+    name: str = "ngram"
+
+    def validate(self) -> None:
+        _check_k(self.name, self.k)
+        if not isinstance(self.order, int) or self.order < 1:
+            raise ValueError(f"level {self.name!r}: order must be an integer >= 1, got {self.order!r}")
+        if self.corpus_file is not None and not Path(self.corpus_file).is_file():
+            raise FileNotFoundError(f"level {self.name!r}: corpus_file {self.corpus_file!r} does not exist")
+        if self.corpus is not None:
+            _asset_path(self.corpus, f"level {self.name!r}: corpus", ("embedded",))
+        self.shape  # parsing is the check
+
+    def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
+        if lower is not None:
+            raise ValueError(f"level {self.name!r}: an n-gram level must be the lowest level of a hierarchy")
+        base = None
+        if self.corpus is not None:
+            path = _asset_path(self.corpus, f"level {self.name!r}: corpus", ("embedded",))
+            try:
+                base = corpus_lm(path, path.stat().st_mtime, target.vocab_size, self.order)
+            except ValueError as e:
+                raise ValueError(f"level {self.name!r}: {e}") from None
+        if self.corpus_file is not None:
+            if target.tokenizer is None:
+                raise ValueError(f"level {self.name!r}: corpus_file needs a target with a tokenizer")
+            text_lm = KatzBackoffLM(target.vocab_size, self.order, base=base)
+            text_lm.update(target.tokenizer.encode(Path(self.corpus_file).read_text(), add_special_tokens=False))
+            base = text_lm
+        return KatzNgramDrafter(
+            vocab_size=target.vocab_size, k=self.k, order=self.order, base=base, tree=self.shape, name=self.name,
+        )
+
+
+@dataclass
+class PromptLookupLevel:
+    """Copy what followed the longest recent match of the context's suffix (deterministic)."""
+
+    k: int = 4
+    max_ngram: int = 3
+    min_ngram: int = 1
+    name: str = "prompt_lookup"
+
+    def validate(self) -> None:
+        _check_k(self.name, self.k)
+        if not (isinstance(self.min_ngram, int) and isinstance(self.max_ngram, int) and 1 <= self.min_ngram <= self.max_ngram):
+            raise ValueError(
+                f"level {self.name!r}: need 1 <= min_ngram <= max_ngram, got min_ngram={self.min_ngram!r}, "
+                f"max_ngram={self.max_ngram!r}"
+            )
+
+    def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
+        if lower is not None:
+            raise ValueError(f"level {self.name!r}: prompt lookup must be the lowest level of a hierarchy")
+        return PromptLookupDrafter(k=self.k, max_ngram=self.max_ngram, min_ngram=self.min_ngram, name=self.name)
+
+
+@dataclass
+class BypassLevel:
+    """Long verbatim matches straight to the level above, the rest to the levels below
+    (``drafters/bypass.py``): offers up to ``k`` tokens that followed the longest earlier
+    occurrence of the context's suffix when that match is at least ``min_match`` tokens
+    long, and passes the round down otherwise."""
+
+    k: int = 24
+    min_match: int = 8
+    max_match: int = 32
+    name: str = "copy"
+    routes = True  # a router: the level below it still drafts for the target (takes `tree`)
+
+    def validate(self) -> None:
+        _check_k(self.name, self.k)
+        if not (isinstance(self.min_match, int) and isinstance(self.max_match, int)
+                and 1 <= self.min_match <= self.max_match):
+            raise ValueError(f"level {self.name!r}: need 1 <= min_match <= max_match, got min_match="
+                             f"{self.min_match!r}, max_match={self.max_match!r}")
+
+    def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
+        return BypassDrafter(lower, k=self.k, min_match=self.min_match, max_match=self.max_match, name=self.name)
+
+
+@dataclass
+class ModelLevel(_TreeLevel):
+    """A small causal LM sharing the target's tokenizer; with a lower level below it, it
+    drafts by speculative decoding of that level (Staged SD's "draft of the draft")."""
+
+    model: Any = field(default_factory=lambda: ModelSpec(source="truncated", layers=4))
+    k: int = 4
+    tree: Any = None
+    name: str = "small"
+    head: Any = None
+    """An int N: an LM head of the N token ids most frequent in Python code (FR-Spec,
+    ``drafters/pruned_head.py``); None: the model's full head."""
+
+    def spec(self) -> ModelSpec:
+        return self.model if isinstance(self.model, ModelSpec) else ModelSpec(**dict(self.model))
+
+    def validate(self) -> None:
+        _check_k(self.name, self.k)
+        self.spec().validate()
+        self.shape  # parsing is the check
+        if self.head is not None and (not isinstance(self.head, int) or isinstance(self.head, bool) or self.head < 1):
+            raise ValueError(f"level {self.name!r}: head must be a number of tokens >= 1 (a pruned LM head) "
+                             f"or null (the full head), got {self.head!r}")
+
+    def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
+        spec = self.spec()
+        if spec.source == "truncated":
+            small = truncated_copy(target, spec.layers)
+        else:
+            small = loader(spec)
+        check_compatible(target, small, self.name)
+        model = small.model
+        if self.head is not None:
+            model = pruned_copy(model, head_subset(small, self.head))
+        return ModelDrafter(model, k=self.k, lower=lower, tree=self.shape, name=self.name)
+
+
+@dataclass
+class TrainedLevel(_TreeLevel):
+    """A draft trained for the target by ``python -m stagedspec.distill`` (``models/draft_files.py``):
+    an EAGLE-style feature draft, which reads the target's hidden states and so drafts only
+    for the target itself, or a layer draft, a small causal LM that can also draft through
+    a lower level."""
+
+    weights: str = "embedded-feature"
+    """A weights file, or "embedded-feature" / "embedded-layers" (shipped for the embedded target)."""
+    k: int = 4
+    tree: Any = None
+    name: str = "draft"
+
+    @property
+    def path(self) -> Path:
+        return _asset_path(self.weights, f"level {self.name!r}: weights", ("embedded-feature", "embedded-layers"))
+
+    @cached_property
+    def meta(self):
+        return read_meta(self.path)
+
+    @property
+    def reads_features(self) -> bool:
+        return self.meta.design == "feature"
+
+    def validate(self) -> None:
+        _check_k(self.name, self.k)
+        self.meta  # the file exists and is a trained draft: checked without loading tensors
+        self.shape
+
+    def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
+        draft = load_draft(self.path, target.model, target.name)  # refuses a draft of another target
+        if draft.design == "feature":
+            if lower is not None:
+                raise ValueError(f"level {self.name!r}: a feature draft cannot draft through a lower level")
+            return FeatureDrafter(draft, k=self.k, tree=self.shape, name=self.name)
+        return ModelDrafter(draft, k=self.k, lower=lower, tree=self.shape, name=self.name)
+
+
+LEVEL_TYPES = (NgramLevel, PromptLookupLevel, BypassLevel, ModelLevel, TrainedLevel)
+
+
+def target_facing(levels: list[Any]) -> int:
+    """Index of the level whose drafts reach the target: the highest one that is not a router
+    (a bypass level above it only adds copies of its own and passes every other round down).
+    -1 when there is none."""
+    i = len(levels) - 1
+    while i >= 0 and getattr(levels[i], "routes", False):
+        i -= 1
+    return i
+
+
+def validate_levels(levels: list[Any]) -> None:
+    names = [getattr(lv, "name", None) for lv in levels]
+    if len(set(names)) != len(names):
+        raise ValueError(f"level names must be unique, got {names}")
+    for lv in levels:
+        if not isinstance(lv, LEVEL_TYPES):
+            raise TypeError(f"unknown level type {type(lv).__name__}; valid: {[t.__name__ for t in LEVEL_TYPES]}")
+        lv.validate()
+    for lv in levels[:-1]:
+        if getattr(lv, "reads_features", False):
+            raise ValueError(f"level {lv.name!r} is a feature draft: it reads the target's hidden states, so it "
+                             "must be the level drafting for the target (the highest stage)")
+    for lower, lv in zip(levels, levels[1:]):
+        if isinstance(lv, (NgramLevel, PromptLookupLevel)):
+            raise ValueError(f"level {lv.name!r} ({type(lv).__name__}) can only be the lowest level")
+        if getattr(lv, "reads_features", False):
+            raise ValueError(f"level {lv.name!r} is a feature draft: it cannot draft through the level "
+                             f"{lower.name!r} below it (drop it: levels.{lower.name}=null)")
+        # a level drafting through a lower one offers a tree too: the lower stage draws its
+        # rank-0 chain, the level adds its own ranked alternatives (drafters/model_drafter.py)
+    top = target_facing(levels)
+    for i, lv in enumerate(levels):
+        if isinstance(getattr(lv, "shape", None), AutoShape) and (i != top or top != len(levels) - 1):
+            if i == top:
+                raise ValueError(f"level {lv.name!r}: tree=auto calibrates the level drafting for the target "
+                                 f"alone; with the bypass level {levels[-1].name!r} above it, use a fixed tree "
+                                 f"(tree=specinfer_221, ...) or drop it (levels.{levels[-1].name}=null)")
+            raise ValueError(f"level {lv.name!r}: tree=auto is measured against the target, so only the level "
+                             f"drafting for the target (the highest stage, here {levels[top].name!r}) can take it")
+
+
+def build_hierarchy(
+    levels: list[Any], target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]
+) -> Drafter | None:
+    """Build levels lowest first; each drafts for the next; the last drafts for the target.
+
+    An empty list means plain autoregressive decoding (returns None).
+    """
+    validate_levels(levels)
+    drafter: Drafter | None = None
+    for lv in levels:
+        drafter = lv.build(drafter, target, loader)
+    if drafter is not None and isinstance(drafter.tree, AutoShape):
+        attach(drafter, target, hierarchy_key=hierarchy_key(levels))
+    return drafter
+
+
+def hierarchy_key(levels: list[Any]) -> list[str]:
+    """What identifies a hierarchy for ``tree=auto``'s calibration cache: every level's
+    settings, except the top level's k and tree (the calibration chooses those)."""
+    def files(lv: Any) -> list[str]:  # weights and corpus files are named by path; their contents can change
+        paths: list[Path] = []
+        if isinstance(lv, TrainedLevel):
+            paths.append(lv.path)
+        if isinstance(lv, NgramLevel):
+            if lv.corpus is not None:
+                paths.append(_asset_path(lv.corpus, f"level {lv.name!r}: corpus", ("embedded",)))
+            if lv.corpus_file is not None:
+                paths.append(Path(lv.corpus_file))
+        return [f"{p}:{st.st_size}:{st.st_mtime_ns}" for p in paths if p.is_file() for st in [p.stat()]]
+
+    out = [repr(lv) for lv in levels[:-1]]
+    if levels:
+        top = levels[-1]
+        out.append(repr(dataclasses.replace(top, k=1, tree=None)) if hasattr(top, "tree") else repr(top))
+    return out + [f for lv in levels for f in files(lv)]

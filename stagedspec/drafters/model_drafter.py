@@ -1,0 +1,264 @@
+"""A small causal LM as a draft level, optionally drafting through a lower level.
+
+Without a lower level it drafts autoregressively from its own q (a chain, or a tree of
+its top candidates). With a lower level it is Staged SD's "draft of the draft": it runs
+exact speculative decoding of the lower level against itself until it holds the tree's
+rank-0 chain (the *spine*: k tokens for a chain), and offers those to the level above.
+Because the inner decoding is exact, each spine token is distributed as this model's own
+q at its position, which the inner verification forward has already computed; so the
+level above sees an ordinary draft with an ordinary q. A tree shape then adds this
+model's ranked alternatives: under a spine node they come free from the logits the inner
+verification computed; below an alternative, this model scores it itself (one batched
+forward per depth, all rows together). It is the same tree a plain model level would
+grow, with its rank-0 picks drawn by the lower stage instead of by this model, so the
+verifier's induction (sampled pick first, point masses after) holds unchanged.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from stagedspec.engine.drafter_protocol import Drafter
+from stagedspec.engine.kernels import HF_PLAN
+from stagedspec.engine.kv_cache import KVModel
+from stagedspec.engine.sampling import probabilities
+from stagedspec.engine.tree import DraftTree, DynamicShape, StaticShape, TreeShapeT, chain
+from stagedspec.engine.verification import verify_tree, verify_tree_greedy
+from .tree_growth import NodeDist, grow_trees
+
+
+class ModelDrafter(Drafter):
+    def __init__(self, model: torch.nn.Module, k: int = 4, lower: Drafter | None = None,
+                 tree: TreeShapeT = None, name: str = "small") -> None:
+        # a trained draft's head covers a vocabulary subset (models/draft_files.py)
+        vocab_map = getattr(model, "vocab_map", None)
+        meta = getattr(model, "meta", None)
+        self.kv = KVModel(model, name=name, vocab_map=vocab_map,
+                          vocab_size=meta.vocab_size if vocab_map is not None else None)
+        self.k, self.lower, self.tree, self.name = k, lower, tree, name
+        self.vocab_size = self.kv.vocab_size
+
+    def setup(self, sampling, generator, plan=HF_PLAN) -> None:
+        self.kv.set_plan(plan)
+        super().setup(sampling, generator, plan)
+
+    def reset(self, batch_size: int) -> None:
+        self.kv.reset(batch_size)
+        super().reset(batch_size)
+
+    def keep_rows(self, rows: list[int]) -> None:
+        self.kv.keep_rows(rows)
+        super().keep_rows(rows)
+
+    def prefill(self, contexts: list[list[int]]) -> None:
+        # cache all but the last token; that one is fed with the first draft step
+        self.kv.extend_chain(self.kv.sync([c[:-1] for c in contexts]), want_last=False)
+        super().prefill(contexts)
+
+    def forward_stats(self) -> tuple[float, int]:
+        return self.kv.forward_time, self.kv.forward_calls
+
+    # The three steps a feature draft (drafters/feature.py) does differently.
+    def _feed_tails(self, contexts: list[list[int]], features) -> tuple[list[torch.Tensor], list | None, list[int]]:
+        """Feed each row's uncached context; return the logits after its last token, the
+        hidden state there (a feature draft's; else None) and its pending slot."""
+        tails = self.kv.sync(contexts, min_tail=1)
+        return [lg[0] for lg in self.kv.extend_chain(tails)], None, [len(t) - 1 for t in tails]
+
+    def _node_inputs(self, toks: list[list[int]], parent_states: list[list]) -> list[torch.Tensor] | None:
+        """Input vectors for new draft nodes (None: their token embeddings)."""
+        return None
+
+    def propose(self, contexts: list[list[int]], features=None) -> list[DraftTree]:
+        if self.lower is not None:
+            return self._propose_staged(contexts)
+        kv = self.kv
+        root_logits, root_states, root_slots = self._feed_tails(contexts, features)
+        roots = NodeDist.many(torch.stack(root_logits), self.sampling) if root_logits else []
+        # pending cache slot (and, for a feature draft, output state) of each draft node
+        slot = [{-1: r} for r in root_slots]
+        state = [{-1: s} for s in root_states] if root_states is not None else None
+
+        def expand(nodes: list[tuple[int, int]], trees: list[DraftTree]) -> list[NodeDist]:
+            P = kv.n_pending
+            toks: list[list[int]] = [[] for _ in contexts]
+            pars: list[list[int]] = [[] for _ in contexts]
+            parent_states: list[list] = [[] for _ in contexts]
+            for b, n in nodes:
+                slot[b][n] = P + len(toks[b])
+                toks[b].append(trees[b].tokens[n])
+                pars[b].append(slot[b][trees[b].parents[n]])
+                if state is not None:
+                    parent_states[b].append(state[b][trees[b].parents[n]])
+            new = [list(range(len(t))) for t in toks]
+            inputs = self._node_inputs(toks, parent_states)
+            if state is None:
+                logits = kv.extend(toks, pars, new)
+            else:
+                logits, states = kv.extend(toks, pars, new, inputs=inputs, hidden=new)
+            dists = NodeDist.many(torch.cat(logits), self.sampling)
+            start = [0] * len(contexts)  # row b's first node in the concatenation
+            for b in range(1, len(contexts)):
+                start[b] = start[b - 1] + len(logits[b - 1])
+            cursor = [0] * len(contexts)
+            out = []
+            for b, n in nodes:
+                out.append(dists[start[b] + cursor[b]])
+                if state is not None:
+                    state[b][n] = states[b][cursor[b]]
+                cursor[b] += 1
+            return out
+
+        return grow_trees(self.tree, self.k, roots, expand, self.sampling, self.generator, self.name)
+
+    def _spine_length(self) -> int:
+        shape = chain(self.k) if self.tree is None else self.tree
+        if isinstance(shape, DynamicShape):
+            return shape.depth
+        assert isinstance(shape, StaticShape), shape
+        return shape.spine
+
+    def _propose_staged(self, contexts: list[list[int]]) -> list[DraftTree]:
+        """Speculative decoding of the lower level against this model until each row holds
+        the spine, then the rest of the tree from this model's own preferences.
+
+        Everything stays in the cache's pending region until the next ``sync``: the
+        context tail, each inner round's lower draft, and off-spine nodes, each attending
+        to its own ancestors, so an alternative can hang from any spine token."""
+        kv, lower = self.kv, self.lower
+        assert lower is not None
+        B, m, greedy = len(contexts), self._spine_length(), self.sampling.greedy
+        tails = kv.sync(contexts, min_tail=1)
+        spine: list[list[int]] = [[] for _ in range(B)]
+        origin: list[list[str]] = [[] for _ in range(B)]
+        spine_slot: list[list[int | None]] = [[] for _ in range(B)]  # None: not fed yet
+        # known[b][i]: what this model knows after spine token i - 1 (i = 0: the root), pick included
+        known: list[list[NodeDist]] = [[] for _ in range(B)]
+        unfed = [list(t) for t in tails]  # the path's tokens not yet in the cache: a chain
+        last_slot: list[int] = [-1] * B  # pending slot of the path's last fed token (-1: the committed end)
+        root_slot: list[int] = [-1] * B
+        drafted: list[dict[str, int]] = [{} for _ in range(B)]
+        accepted: list[dict[str, int]] = [{} for _ in range(B)]
+        first = True
+        while first or any(len(s) < m for s in spine):
+            need = [True] * B if first else [len(s) < m for s in spine]
+            drafts = lower.propose([contexts[b] + spine[b] for b in range(B)])
+            P = kv.n_pending
+            toks, pars, want = [], [], []
+            for b in range(B):
+                if not need[b]:
+                    toks.append([]), pars.append([]), want.append([])
+                    continue
+                u, d = unfed[b], drafts[b]
+                root = P + len(u) - 1
+                toks.append(u + d.tokens)
+                pars.append([last_slot[b]] + list(range(P, root)) + [root if q < 0 else root + 1 + q for q in d.parents])
+                want.append(list(range(len(u) - 1, len(u) + len(d))))
+            logits = kv.extend(toks, pars, want)
+            acc = [0] * B
+            for b in range(B):
+                if not need[b]:
+                    continue
+                d, lg = drafts[b], logits[b]
+                root = P + len(unfed[b]) - 1
+                if first:
+                    root_slot[b] = root
+                else:  # this round fed the previous round's last token, a spine token
+                    spine_slot[b][-1] = root
+                lg = lg.float()
+                if greedy:
+                    p = None
+                    path, tok = verify_tree_greedy(d, lg.argmax(-1).tolist())
+                else:
+                    p = probabilities(lg, self.sampling)
+                    path, tok = verify_tree(d, p, self.generator)
+                # each emitted token is distributed as this model's q at its position
+                tokens = [d.tokens[i] for i in path] + [tok]
+                rows = [0] + [i + 1 for i in path]
+                slots = [root] + [root + 1 + i for i in path]
+                origins = [d.origin[i] for i in path] + [self.name]
+                kept = min(len(path), m - len(spine[b]))  # the lower's tokens offered upward: within the spine
+                for j, (x, o) in enumerate(zip(tokens, origins)):
+                    if len(spine[b]) <= m:  # also what follows the spine's last token, when known
+                        known[b].append(NodeDist(lg[rows[j]], None if p is None else p[rows[j]], pick=x))
+                    if len(spine[b]) >= m:
+                        break
+                    spine[b].append(x)
+                    origin[b].append(o)
+                    spine_slot[b].append(slots[j + 1] if j < len(path) else None)
+                unfed[b] = [tok]
+                last_slot[b] = slots[-1]
+                _merge(drafted[b], {lower.name: len(d)}, d.drafted)
+                _merge(accepted[b], {lower.name: kept}, d.accepted)
+                acc[b] = len(path)
+            lower.feedback(acc)
+            first = False
+        return self._grow_from_spine(contexts, spine, origin, spine_slot, known, root_slot, drafted, accepted)
+
+    def _grow_from_spine(self, contexts, spine, origin, spine_slot, known, root_slot, drafted, accepted):
+        """The tree around the spine, from this model's own preferences; nodes whose
+        distribution the inner decoding did not compute are scored by batched forwards."""
+        kv, B = self.kv, len(contexts)
+        # a node of the tree being grown is spine token i when its rank path is i + 1 zeros (i < m)
+        spine_of: list[dict[int, int]] = [{-1: -1} for _ in range(B)]
+        slot: list[dict[int, int]] = [{-1: root_slot[b]} for b in range(B)]
+
+        def spine_index(b: int, tree: DraftTree, n: int) -> int | None:
+            if n in spine_of[b]:
+                return spine_of[b][n]
+            par = tree.parents[n]
+            i = spine_index(b, tree, par)
+            on = i is not None and i + 1 < len(spine[b]) and tree.rank[n] == 0 and tree.tokens[n] == spine[b][i + 1]
+            out = i + 1 if on else None
+            spine_of[b][n] = out
+            return out
+
+        def expand(nodes: list[tuple[int, int]], trees: list[DraftTree]) -> list[NodeDist | None]:
+            out: list[NodeDist | None] = [None] * len(nodes)
+            P = kv.n_pending
+            toks: list[list[int]] = [[] for _ in range(B)]
+            pars: list[list[int]] = [[] for _ in range(B)]
+            fed: list[tuple[int, int, int]] = []  # (index in nodes, row, node)
+            for j, (b, n) in enumerate(nodes):
+                i = spine_index(b, trees[b], n)
+                if i is not None:
+                    if spine_slot[b][i] is not None:
+                        slot[b][n] = spine_slot[b][i]
+                    if i + 1 < len(known[b]):
+                        out[j] = known[b][i + 1]
+                        continue
+                if n not in slot[b]:
+                    slot[b][n] = P + len(toks[b])
+                    toks[b].append(trees[b].tokens[n])
+                    pars[b].append(slot[b][trees[b].parents[n]])
+                fed.append((j, b, n))
+            if fed:
+                want = [[] for _ in range(B)]
+                for _, b, n in fed:
+                    want[b].append(slot[b][n] - P)
+                logits = kv.extend(toks, pars, want)
+                dists = NodeDist.many(torch.cat(logits), self.sampling)
+                start = [0] * B
+                for b in range(1, B):
+                    start[b] = start[b - 1] + len(logits[b - 1])
+                cursor = [0] * B
+                for j, b, _ in fed:
+                    out[j] = dists[start[b] + cursor[b]]
+                    cursor[b] += 1
+            return out
+
+        roots = [known[b][0] for b in range(B)]  # the first inner round ran for every row
+        trees = grow_trees(self.tree, self.k, roots, expand, self.sampling, self.generator, self.name)
+        for b, tree in enumerate(trees):
+            for n in range(len(tree)):
+                i = spine_index(b, tree, n)
+                if i is not None:
+                    tree.origin[n] = origin[b][i]
+            tree.drafted, tree.accepted = drafted[b], accepted[b]
+        return trees
+
+
+def _merge(into: dict[str, int], *parts: dict[str, int]) -> None:
+    for part in parts:
+        for k, v in part.items():
+            into[k] = into.get(k, 0) + v

@@ -1,0 +1,168 @@
+"""The tree growing the draft levels share: what a drafter knows after a node
+(``NodeDist``), the ranked alternatives it offers, and static and dynamic trees grown from
+them. The protocol itself (``Drafter``) is the engine's: ``stagedspec/engine/drafter_protocol.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from stagedspec.engine.sampling import SamplingConfig, probabilities
+from stagedspec.engine.tree import DraftTree, DynamicShape, StaticShape, TreeShapeT, chain
+
+
+@dataclass
+class NodeDist:
+    """What a drafter knows after a node (or at the root): its next-token preferences.
+
+    ``raw``: the draft's own scores before temperature, top-k and top-p (logits, or
+    log-probabilities for an n-gram LM); they rank the alternatives it offers, at every
+    temperature. ``q``: the processed distribution its own pick is sampled from (None
+    when greedy: the pick is then the argmax of ``raw``). ``pick``: a token already drawn
+    from q for this node (a staged level's lower stage drew it by exact speculation)."""
+
+    raw: torch.Tensor
+    q: torch.Tensor | None = None
+    pick: int | None = None
+
+    @staticmethod
+    def of(raw: torch.Tensor, sampling: SamplingConfig, pick: int | None = None) -> "NodeDist":
+        raw = raw.float()
+        return NodeDist(raw=raw, q=None if sampling.greedy else probabilities(raw, sampling), pick=pick)
+
+    @staticmethod
+    def many(raw: torch.Tensor, sampling: SamplingConfig) -> list["NodeDist"]:
+        """One per row of ``raw`` ([n, V]), processed in one call (per-row calls dominate
+        a large batch's drafting time)."""
+        raw = raw.float()
+        if sampling.greedy:
+            return [NodeDist(raw=r) for r in raw]
+        return [NodeDist(raw=r, q=q) for r, q in zip(raw, probabilities(raw, sampling))]
+
+
+Expand = Callable[[list[tuple[int, int]], list[DraftTree]], list[NodeDist]]
+"""Given (row, node) pairs of freshly added nodes, return what the drafter knows after each."""
+
+
+def _alternatives(raw: torch.Tensor, exclude: int, n: int) -> list[int]:
+    """The draft's ``n`` most preferred tokens other than ``exclude``, best first, from its raw
+    scores; tokens it rules out (score -inf: outside a pruned head) are not offered."""
+    if n <= 0:
+        return []
+    masked = raw.clone()
+    masked[exclude] = float("-inf")
+    top = torch.topk(masked, min(n, masked.numel() - 1))
+    return [int(t) for t, v in zip(top.indices.tolist(), top.values.tolist()) if v != float("-inf")]
+
+
+def _candidates(
+    dist: NodeDist, ranks: list[int], sampling: SamplingConfig, gen: torch.Generator | None
+) -> list[tuple[int, int, torch.Tensor | None]]:
+    """(rank, token, q-or-None) for the requested candidate ranks of one node.
+
+    Rank 0 is the drafter's own pick: ``dist.pick`` if a lower stage drew it, else a
+    sample from q when sampling, else the argmax; it carries q (None when greedy). Ranks
+    r >= 1 are the draft's r-th most preferred tokens by its raw scores, excluding rank 0,
+    offered as point masses (deterministic given rank 0, so the verifier stays exact).
+    """
+    if dist.pick is not None:
+        x0, q0 = int(dist.pick), dist.q
+    elif not sampling.greedy:
+        assert dist.q is not None
+        x0, q0 = int(torch.multinomial(dist.q, 1, generator=gen).item()), dist.q
+    else:
+        x0, q0 = int(torch.argmax(dist.raw).item()), None
+    out = [(0, x0, q0)] if 0 in ranks else []
+    alt = _alternatives(dist.raw, x0, max(ranks))
+    out.extend((r, alt[r - 1], None) for r in ranks if r >= 1 and r - 1 < len(alt))
+    return out
+
+
+def grow_trees(
+    shape: TreeShapeT,
+    k: int,
+    roots: list[NodeDist | None],
+    expand: Expand,
+    sampling: SamplingConfig,
+    gen: torch.Generator | None,
+    origin: str,
+) -> list[DraftTree]:
+    """Grow one tree per row from what the drafter knows at each root (None = no draft for
+    that row); ``expand`` is called once per depth with every row's new nodes."""
+    trees = [DraftTree() for _ in roots]
+    if isinstance(shape, DynamicShape):
+        _grow_dynamic(shape, trees, roots, expand, origin)
+        return trees
+    static = chain(k) if shape is None else shape
+    if not isinstance(static, StaticShape):
+        raise TypeError(f"grow_trees: cannot grow {shape!r} (tree=auto must be resolved first)")
+    kids = static.children()
+    depth = static.depth
+    # frontier: (row, node, path-of-ranks, what the drafter knows after the node)
+    frontier = [(b, -1, (), d) for b, d in enumerate(roots) if d is not None]
+    for d in range(1, depth + 1):
+        added: list[tuple[int, int, tuple[int, ...]]] = []
+        for b, node, path, dist in frontier:
+            ranks = kids.get(path)
+            if not ranks:
+                continue
+            for r, tok, qq in _candidates(dist, ranks, sampling, gen):
+                added.append((b, trees[b].add(tok, node, qq, origin, r), path + (r,)))
+        expandable = [(b, n, p) for b, n, p in added if d < depth and p in kids]
+        if not expandable:
+            break
+        dists = expand([(b, n) for b, n, _ in expandable], trees)
+        frontier = [(b, n, p, x) for (b, n, p), x in zip(expandable, dists)]
+    return trees
+
+
+def _grow_dynamic(
+    shape: DynamicShape, trees: list[DraftTree], roots: list[NodeDist | None], expand: Expand, origin: str
+) -> None:
+    """EAGLE-2-style, every row at once: at each depth give each frontier node its ``topk``
+    most preferred children, scored by cumulative draft probability (the raw distribution,
+    so it ranks at temperature 0 too); expand the ``topk`` best new nodes of each row with
+    one ``expand`` call for the whole batch; finally keep each row's ``budget`` best nodes.
+    A child scores at most its parent, so the kept set is a tree, and a node scoring no
+    better than the row's ``budget``-th best so far cannot have a kept descendant: it is
+    not expanded, and growth stops when no row has such a node (or at ``depth``).
+    All candidates are point masses: whether a node is kept depends on its probability,
+    so a sampled token kept this way would not be distributed as q."""
+    work = trees  # every candidate; expand() reads them
+    score: list[list[float]] = [[] for _ in roots]
+    frontier: list[list[tuple[int, float, NodeDist]]] = [[(-1, 1.0, d)] if d is not None else [] for d in roots]
+    for d in range(1, shape.depth + 1):
+        added: list[list[int]] = [[] for _ in roots]
+        for b, nodes in enumerate(frontier):
+            for node, s, dist in nodes:
+                probs = torch.softmax(dist.raw, -1)
+                top = torch.topk(probs, min(shape.topk, probs.numel()))
+                for r, (tok, pr) in enumerate(zip(top.indices.tolist(), top.values.tolist())):
+                    if pr <= 0.0:
+                        break
+                    score[b].append(s * pr)
+                    added[b].append(work[b].add(tok, node, None, origin, r))
+        if d == shape.depth:
+            break
+        beams: list[tuple[int, int]] = []
+        for b in range(len(roots)):
+            sc = score[b]
+            bar = sorted(sc, reverse=True)[shape.budget - 1] if len(sc) >= shape.budget else float("-inf")
+            best = sorted(added[b], key=lambda n: (-sc[n], n))[: shape.topk]
+            beams.extend((b, n) for n in sorted(best) if sc[n] > bar)
+        if not beams:
+            break
+        dists = expand(beams, work)
+        frontier = [[] for _ in roots]
+        for (b, n), dist in zip(beams, dists):
+            frontier[b].append((n, score[b][n], dist))
+    for b, tree in enumerate(work):
+        keep = sorted(sorted(range(len(tree)), key=lambda n: (-score[b][n], n))[: shape.budget])
+        new_index = {-1: -1}
+        pruned = DraftTree()
+        for n in keep:
+            new_index[n] = pruned.add(tree.tokens[n], new_index[tree.parents[n]], None, origin, tree.rank[n])
+        trees[b] = pruned

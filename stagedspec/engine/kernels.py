@@ -1,0 +1,459 @@
+"""How a model's forward is computed: the GEMM path for each number of rows, attention
+without grouped-query copies, and a KV cache that grows in place.
+
+Why this exists. Speculation pays only when scoring a few positions costs about as much
+as scoring one. On a CPU the forward of a small LM is memory-bound, so in principle it
+does; but ``nn.Linear`` (``x @ W.T`` through MKL's sgemm) takes a slower path from about
+4 rows on, and Hugging Face's SDPA attention copies the whole KV cache ``num_heads /
+num_kv_heads`` times per layer (``repeat_kv``) whenever more than one query row comes
+with a mask, i.e. for every verification forward. Measured on the embedded SmolLM2
+(fp32, 2 threads, 300-token context): the 211 Linear layers take 21 ms at 1-2 rows, 34 ms
+at 4 and 42 ms at 8 through ``F.linear``, but 27 ms at 4 (MKL with weights prepacked for
+4 rows) and 33 ms at 8 (oneDNN, prepacked); ``repeat_kv`` adds ~13 ms per forward.
+
+A ``KernelPlan`` says which path each row count takes. ``HF_PLAN`` is Hugging Face's own
+path, bit for bit (``F.linear``, HF's SDPA function, a ``DynamicCache``): its one-row
+forwards give exactly HF's cached-decoding logits, and greedy output through it equals
+``generate(do_sample=False)`` token for token in the float32 tests. A fast plan comes from
+``calibrate`` (``stagedspec/models/kernel_calibration.py``): each candidate GEMM path is timed over all the model's Linear weights for
+each row count, the fastest kept (within a budget of prepacked weight copies), and the
+result cached per machine, model, dtype and threads; its lean layers are checked against
+HF's logits once per model (``check_lean_layers``).
+
+Exact up to kernel rounding, not bitwise. Under every plan, HF's included, a position's
+logits depend by rounding on the forward's shape: a 1-row forward (plain decoding) and a
+4-row one (verification) run other GEMM and attention kernels, and a fast plan's GEMMs
+sum in yet another order. Measured on SmolLM2 (float32), one position through 1 and 4
+rows: HF plan 5.7e-5, fast plans 5.5e-5 to 1.1e-4, on logits of about 30 (~2-4e-6
+relative); ``tests/test_kernels.py`` bounds it at 1e-4 relative. So greedy decoding can
+differ from HF's at a near-tie (the benchmark reports how often, with the top-2 logit
+gap), and sampling reproduces the target's distribution up to that rounding: p at a
+verification is the target's distribution as computed through k + 1 rows, which is the
+baseline's one-row p to ~1e-6 relative, not bit for bit.
+
+Mechanics. ``install(model)`` patches every ``nn.Linear`` of the model with a forward that
+dispatches on the plan active at call time (``with plan.active(): ...``), and points the
+model's attention at a function that packs the query heads of each KV group together
+when a plan with ``gqa_packing`` is active. With no plan active both fall through to
+exactly what the model did before, so Hugging Face's own ``generate`` on the same model
+object is unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import types
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+ATTN_NAME = "stagedspec_sdpa"
+PATH_LINEAR = "linear"  # F.linear: what nn.Linear and Hugging Face compute
+PATH_MKLDNN = "mkldnn"  # oneDNN with the weight reordered once (any row count)
+PATH_WXT = "wxt"  # (W @ x.T).T: the other operand order, which MKL runs as a different GEMM (any dtype;
+                  # in bfloat16 on CPUs without AVX-512, where oneDNN has no bfloat16 path, the only other choice)
+MKL_ROWS = (4, 8, 16)  # MKL sgemm with the weight packed for exactly b rows ("mkl4", ...)
+MAX_ROWS = 16  # row counts the calibration covers; more rows (prefill) take F.linear
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """Which GEMM path each row count takes, and the attention / cache choices.
+
+    ``linear[m - 1]`` is the path for a Linear call on m rows (batch x new tokens);
+    row counts past the table take ``F.linear``.
+    """
+
+    name: str = "hf"
+    linear: tuple[str, ...] = ()
+    gqa_packing: bool = False
+    slot_cache: bool = False
+    lean_layers: bool = False
+    """Decoder layers of the classes in ``LEAN_CLASSES`` (Llama, Qwen2) run as one plain
+    function (fused q/k/v and gate/up GEMMs, ``F.rms_norm``) instead of Hugging Face's
+    modules: ~90 fewer GEMM calls and ~700 fewer small ops per forward; any other layer
+    keeps HF's forward."""
+
+    @property
+    def bitwise_hf(self) -> bool:
+        """True when every choice is Hugging Face's own (greedy equals ``generate``)."""
+        return (not self.gqa_packing and not self.slot_cache and not self.lean_layers
+                and all(p == PATH_LINEAR for p in self.linear))
+
+    def path(self, rows: int) -> str:
+        return self.linear[rows - 1] if rows <= len(self.linear) else PATH_LINEAR
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        global _ACTIVE
+        before, _ACTIVE = _ACTIVE, self
+        try:
+            yield
+        finally:
+            _ACTIVE = before
+
+    def describe(self) -> str:
+        """``fast: 1-3 linear, 4 mkl4, 5-16 mkldnn; gqa packing; slot cache``."""
+        runs: list[str] = []
+        start = 1
+        for m in range(2, len(self.linear) + 2):
+            if m > len(self.linear) or self.linear[m - 1] != self.linear[start - 1]:
+                span = f"{start}" if start == m - 1 else f"{start}-{m - 1}"
+                runs.append(f"{span} {self.linear[start - 1]}")
+                start = m
+        extras = [x for x, on in (("gqa packing", self.gqa_packing), ("slot cache", self.slot_cache),
+                                  ("lean layers", self.lean_layers)) if on]
+        return f"{self.name}: " + "; ".join([", ".join(runs) or "linear"] + extras)
+
+
+HF_PLAN = KernelPlan()
+_ACTIVE: KernelPlan | None = None
+
+
+# --------------------------------------------------------------------------- GEMM paths
+def _rows(x: torch.Tensor) -> int:
+    return x.numel() // x.shape[-1] if x.shape[-1] else 0
+
+
+def _mkl_pack(weight: torch.Tensor, rows: int) -> torch.Tensor:
+    return torch.ops.mkl._mkl_reorder_linear_weight(weight.detach(), rows)
+
+
+def _mkldnn_pack(weight: torch.Tensor) -> torch.Tensor:
+    # the batch-size hint only steers oneDNN's blocking; 8 measured as good as any for 2-16 rows
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 8)
+
+
+def apply_path(module: nn.Linear, path: str, x: torch.Tensor) -> torch.Tensor:
+    """``x @ W.T + b`` through one path (x: [..., in])."""
+    if path == PATH_LINEAR:
+        return F.linear(x, module.weight, module.bias)
+    if path == PATH_WXT:
+        y = (module.weight @ x.reshape(-1, x.shape[-1]).T).T
+        if module.bias is not None:
+            y = y + module.bias
+        return y.reshape(*x.shape[:-1], y.shape[-1])
+    packs = module._stagedspec_packs
+    if path not in packs:
+        # packing happens once per module and path, at the first call (warm-up or calibration)
+        packs[path] = _mkldnn_pack(module.weight) if path == PATH_MKLDNN else _mkl_pack(module.weight, int(path[3:]))
+    m = _rows(x)
+    x2 = x.reshape(m, x.shape[-1])
+    if path == PATH_MKLDNN:
+        y = torch.ops.mkldnn._linear_pointwise(x2, packs[path], module.bias, "none", [], "")
+    else:
+        b = int(path[3:])
+        if m < b:  # MKL's packed GEMM is fast only at the row count it was packed for
+            x2 = torch.cat([x2, x2.new_zeros(b - m, x2.shape[1])])
+        y = torch.ops.mkl._mkl_linear(x2, packs[path], module.weight, module.bias, b)[:m]
+    return y.reshape(*x.shape[:-1], y.shape[-1])
+
+
+def _dispatch_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    plan = _ACTIVE
+    if plan is None or not plan.linear:
+        return F.linear(x, self.weight, self.bias)
+    return apply_path(self, plan.path(_rows(x)), x)
+
+
+def available_paths(dtype: torch.dtype, device: torch.device) -> list[str]:
+    """GEMM paths that run here for this dtype (MKL's packed sgemm is float32 only)."""
+    if device.type != "cpu":
+        return [PATH_LINEAR]
+    out = [PATH_LINEAR, PATH_WXT]
+    probe = nn.Linear(8, 4, bias=False).to(dtype)
+    probe._stagedspec_packs = {}
+    x = torch.randn(2, 8, dtype=dtype)
+    for path in [PATH_MKLDNN] + [f"mkl{b}" for b in MKL_ROWS]:
+        try:
+            torch.testing.assert_close(apply_path(probe, path, x), F.linear(x, probe.weight), rtol=1e-2, atol=1e-2)
+            out.append(path)
+        except (RuntimeError, AssertionError, AttributeError):
+            pass
+    return out
+
+
+# --------------------------------------------------------------------------- attention
+def _packed_gqa_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
+                          is_causal=None, **kwargs):
+    """SDPA with the query heads of each KV group stacked as extra query rows, so the KV
+    cache is read as stored instead of repeated per query head (Hugging Face does this
+    for one query row; verification feeds several)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    plan = _ACTIVE
+    groups = getattr(module, "num_key_value_groups", 1)
+    if plan is None or not plan.gqa_packing or groups == 1 or kwargs.get("position_bias") is not None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      is_causal=is_causal, **kwargs)
+    B, H, n, D = query.shape
+    Hkv, T = key.shape[1], key.shape[2]
+    if attention_mask is None and n > 1:  # plain causal rows at the end of the cache
+        attention_mask = torch.zeros(n, T, dtype=query.dtype, device=query.device)
+        attention_mask[:, T - n:] = torch.full((n, n), torch.finfo(query.dtype).min, dtype=query.dtype,
+                                                device=query.device).triu(1)
+        attention_mask = attention_mask[None, None]
+    elif attention_mask is not None and attention_mask.dtype == torch.bool:
+        attention_mask = torch.zeros_like(attention_mask, dtype=query.dtype).masked_fill(
+            ~attention_mask, torch.finfo(query.dtype).min)
+    q = query.reshape(B, Hkv, groups * n, D)  # head h = g * groups + r -> row r * n + i
+    mask = attention_mask
+    if mask is not None:
+        mask = mask[:, :, -n:, :] if mask.shape[2] != n else mask
+        mask = mask.repeat(1, 1, groups, 1) if n > 1 else mask
+    out = F.scaled_dot_product_attention(q, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling)
+    return out.reshape(B, H, n, D).transpose(1, 2).contiguous(), None
+
+
+def _register_attention() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(ATTN_NAME, _packed_gqa_attention)
+    AttentionMaskInterface.register(ATTN_NAME, sdpa_mask)
+
+
+# --------------------------------------------------------------------------- lean layers
+_TF = "transformers.models."
+LEAN_CLASSES: dict[str, tuple[str, str, str]] = {
+    _TF + "llama.modeling_llama.LlamaDecoderLayer": (
+        _TF + "llama.modeling_llama.LlamaAttention", _TF + "llama.modeling_llama.LlamaMLP",
+        _TF + "llama.modeling_llama.LlamaRMSNorm"),
+    # Llama with biases on q/k/v (the fused GEMM carries them) and optional sliding-window
+    # layers (refused per layer below: the lean attention has no window)
+    _TF + "qwen2.modeling_qwen2.Qwen2DecoderLayer": (
+        _TF + "qwen2.modeling_qwen2.Qwen2Attention", _TF + "qwen2.modeling_qwen2.Qwen2MLP",
+        _TF + "qwen2.modeling_qwen2.Qwen2RMSNorm"),
+}
+"""Decoder-layer classes whose mathematics ``_lean_layer_forward`` reproduces, with the
+attention, MLP and norm classes each is built from. By class, not by submodule names:
+Granite's layer has exactly Llama's submodules but scales each residual branch
+(``residual_multiplier``), SmolLM3's skips RoPE on some layers; names alone let both
+through and their logits changed."""
+
+_CONFIG_EXTRAS = ("residual_multiplier", "attention_multiplier", "embedding_multiplier", "no_rope_layers",
+                  "no_rope_layer_interval", "use_qk_norm", "qk_layernorm", "attn_logit_softcapping")
+"""Config fields of families whose layers do more than Llama's; a whitelisted layer under
+a config that has one (a converted or hand-edited config) is left on Hugging Face's path."""
+
+_LAYER_PARTS = {"self_attn", "mlp", "input_layernorm", "post_attention_layernorm"}
+_ATTN_PARTS = {"q_proj", "k_proj", "v_proj", "o_proj"}
+_MLP_PARTS = {"gate_proj", "up_proj", "down_proj", "act_fn"}
+
+
+def _qualname(obj: object) -> str:
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def _is_llama_layer(layer: nn.Module) -> bool:
+    """A whitelisted decoder layer (``LEAN_CLASSES``) built from its own classes, with
+    exactly Llama's parts (pre-norm attention, gated MLP, RMS norms), fusable biases (all
+    of q/k/v, and gate/up, with or without), full attention and no config extras."""
+    parts = LEAN_CLASSES.get(_qualname(layer))
+    if parts is None or {n for n, _ in layer.named_children()} != _LAYER_PARTS:
+        return False
+    attn, mlp = layer.self_attn, layer.mlp
+    if (_qualname(attn), _qualname(mlp)) != parts[:2] or any(
+            _qualname(getattr(layer, n)) != parts[2] for n in ("input_layernorm", "post_attention_layernorm")):
+        return False
+    if ({n for n, _ in attn.named_children()} != _ATTN_PARTS
+            or {n for n, _ in mlp.named_children()} != _MLP_PARTS):
+        return False
+    if (len({attn.q_proj.bias is None, attn.k_proj.bias is None, attn.v_proj.bias is None}) != 1
+            or (mlp.gate_proj.bias is None) != (mlp.up_proj.bias is None)):
+        return False
+    cfg = getattr(attn, "config", None)
+    layer_types = getattr(cfg, "layer_types", None)
+    idx = getattr(attn, "layer_idx", None)
+    return (
+        getattr(attn, "sliding_window", None) is None
+        and (layer_types is None or idx is None or layer_types[idx] == "full_attention")
+        and all(getattr(cfg, x, None) in (None, False) for x in _CONFIG_EXTRAS)
+        and all(hasattr(getattr(layer, n), "variance_epsilon") for n in ("input_layernorm", "post_attention_layernorm"))
+        and hasattr(attn, "head_dim") and hasattr(attn, "scaling")
+    )
+
+
+def _fuse(parts: list[nn.Linear]) -> nn.Linear:
+    """One Linear computing ``parts`` side by side; the parts' weights become views of
+    the fused weight, so nothing is stored twice and their own forwards are unchanged."""
+    w = torch.cat([p.weight.detach() for p in parts])
+    has_bias = parts[0].bias is not None
+    # skip_init: no random initialisation, so fusing leaves the global RNG stream alone
+    fused = nn.utils.skip_init(nn.Linear, w.shape[1], w.shape[0], bias=has_bias, device=w.device, dtype=w.dtype)
+    fused.requires_grad_(False)
+    fused.weight.data = w
+    if has_bias:
+        fused.bias.data = torch.cat([p.bias.detach() for p in parts])
+    start = 0
+    for p in parts:
+        stop = start + p.weight.shape[0]
+        p.weight.data = w[start:stop]
+        if has_bias:
+            p.bias.data = fused.bias.data[start:stop]
+        start = stop
+    fused._stagedspec_packs = {}
+    fused.forward = types.MethodType(_dispatch_forward, fused)
+    return fused
+
+
+def _ensure_fused(layer: nn.Module) -> tuple[nn.Linear, nn.Linear]:
+    """The layer's fused (q/k/v, gate/up) Linears, made at first use. Kept outside the
+    module tree (not submodules), so the model's state_dict and saving are unchanged."""
+    fused = layer.__dict__.get("_stagedspec_fused")
+    if fused is None:
+        attn, mlp = layer.self_attn, layer.mlp
+        fused = (_fuse([attn.q_proj, attn.k_proj, attn.v_proj]), _fuse([mlp.gate_proj, mlp.up_proj]))
+        layer.__dict__["_stagedspec_fused"] = fused
+    return fused
+
+
+def gemm_modules(model: nn.Module) -> list[nn.Linear]:
+    """The Linear modules a lean forward calls, in order: per Llama layer the fused q/k/v,
+    o, fused gate/up and down projections; every other Linear as it is."""
+    out: list[nn.Linear] = []
+    inside: set[int] = set()
+    for mod in model.modules():
+        if hasattr(mod, "_stagedspec_forward"):
+            qkv, gate_up = _ensure_fused(mod)
+            out += [qkv, mod.self_attn.o_proj, gate_up, mod.mlp.down_proj]
+            inside |= {id(m) for m in mod.modules()}
+        elif isinstance(mod, nn.Linear) and id(mod) not in inside:
+            out.append(mod)
+    return out
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+def _lean_layer_forward(self, hidden_states, attention_mask=None, position_ids=None, cache=None, use_cache=False,
+                        position_embeddings=None, **kwargs):
+    """A Llama decoder layer as one function (gpt-fast style): the same mathematics as
+    Hugging Face's modules with two fused GEMMs and fused norms."""
+    plan = _ACTIVE
+    if plan is None or not plan.lean_layers:
+        return self._stagedspec_forward(hidden_states, attention_mask=attention_mask, position_ids=position_ids,
+                                        cache=cache, use_cache=use_cache, position_embeddings=position_embeddings,
+                                        **kwargs)
+    attn, mlp = self.self_attn, self.mlp
+    qkv, gate_up = _ensure_fused(self)
+    B, n, H = hidden_states.shape
+    D = attn.head_dim
+    n_q, n_kv = attn.q_proj.out_features // D, attn.k_proj.out_features // D
+    ln1 = self.input_layernorm
+    x = F.rms_norm(hidden_states, (H,), ln1.weight, ln1.variance_epsilon)
+    q, k, v = qkv(x).split([n_q * D, n_kv * D, n_kv * D], dim=-1)
+    q = q.view(B, n, n_q, D).transpose(1, 2)
+    k = k.view(B, n, n_kv, D).transpose(1, 2)
+    v = v.view(B, n, n_kv, D).transpose(1, 2)
+    cos, sin = position_embeddings
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    q, k = _rope(q, cos, sin), _rope(k, cos, sin)
+    if cache is not None:
+        k, v = cache.update(k, v, attn.layer_idx)
+    out, _ = _packed_gqa_attention(attn, q, k, v, attention_mask, scaling=attn.scaling)
+    h = hidden_states + attn.o_proj(out.reshape(B, n, n_q * D))
+    ln2 = self.post_attention_layernorm
+    x = F.rms_norm(h, (H,), ln2.weight, ln2.variance_epsilon)
+    gate, up = gate_up(x).chunk(2, dim=-1)
+    return h + mlp.down_proj(mlp.act_fn(gate) * up)
+
+
+# --------------------------------------------------------------------------- install
+def install(model: nn.Module) -> nn.Module:
+    """Make ``model``'s Linear layers, decoder layers and attention follow the active
+    plan (idempotent). Without an active plan the model computes exactly what it did
+    before."""
+    if getattr(model, "_stagedspec_kernels", False):
+        return model
+    for mod in model.modules():
+        if isinstance(mod, nn.Linear) and not hasattr(mod, "_stagedspec_packs"):
+            mod._stagedspec_packs = {}
+            mod.forward = types.MethodType(_dispatch_forward, mod)
+        elif not hasattr(mod, "_stagedspec_forward") and _is_llama_layer(mod):
+            mod._stagedspec_forward = mod.forward
+            mod.forward = types.MethodType(_lean_layer_forward, mod)
+    for mod in model.modules():  # the model itself, or the Hugging Face model inside a wrapper
+        if hasattr(mod, "set_attn_implementation") and getattr(mod.config, "_attn_implementation", None) == "sdpa":
+            _register_attention()
+            mod.set_attn_implementation(ATTN_NAME)
+    check_lean_layers(model)
+    model._stagedspec_kernels = True
+    return model
+
+
+LEAN_CHECK_PLAN = KernelPlan(name="lean-check", lean_layers=True, gqa_packing=True)
+"""What ``check_lean_layers`` compares with Hugging Face's path: the lean layers and the
+packed attention (the code that replaces HF's modules), every GEMM through ``F.linear``
+(the GEMM paths compute the same products, and are chosen per machine later)."""
+
+LEAN_CHECK_RTOL = {torch.float32: 1e-4, torch.float64: 1e-4, torch.bfloat16: 4e-2, torch.float16: 4e-2}
+"""Largest accepted ||logits - HF logits|| / ||HF logits|| (all positions, whole vocabulary).
+Measured on 8 tokens: float32, SmolLM2 3e-7 (the fused GEMMs and ``F.rms_norm`` sum in
+another order); bfloat16, 1.1e-2 (SmolLM2), 1.8e-2 (Qwen2.5-Coder 0.5B), 1.5e-2 (1.5B),
+where HF's own path fed as 1 + 7 instead of 5 + 3 tokens already moves 0.7-1.3e-2. Two
+broken forwards on the same models: no RoPE on every 4th layer 6.9-8.8e-2, the attention
+branch scaled by 0.9 6.5-7.8e-2 (float32 and bfloat16 alike). So float32 is checked
+tightly, half types between their rounding and those faults; a fault that moves the
+logits by less than ~5% passes a half-precision check, which is why the class whitelist
+comes first."""
+
+
+def _check_logits(model: nn.Module, ids: torch.Tensor, split: int) -> torch.Tensor:
+    """Logits at every position of ``ids``, fed as a prefill of ``split`` tokens and then
+    the rest through the cache (the two ways the engine calls a layer)."""
+    from transformers import DynamicCache
+
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    cache = DynamicCache(config=decoder.config)  # filled in place
+    out: list[torch.Tensor] = []
+    for part in (ids[:, :split], ids[:, split:]):
+        h = decoder(input_ids=part, cache=cache, use_cache=True).last_hidden_state
+        out.append(h if head is None else head(h))
+    return torch.cat(out, 1).float()
+
+
+def check_lean_layers(model: nn.Module, tokens: int = 8) -> None:
+    """Once per model: ``tokens`` tokens through the lean layers and through Hugging Face's
+    path must give the same logits up to kernel rounding (``LEAN_CHECK_RTOL``). The class
+    whitelist says which layers the lean forward is written for; this proves it on the
+    loaded weights and config, so a family that passes the whitelist yet computes
+    something else (a new config field, a changed HF class) fails here, by name, and is
+    put back on HF's path instead of giving wrong logits silently."""
+    lean = [m for m in model.modules() if hasattr(m, "_stagedspec_forward")]
+    if not lean:
+        return
+    p = next(model.parameters())
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
+    vocab = decoder.get_input_embeddings().num_embeddings
+    ids = (torch.arange(tokens, device=p.device) * 37 + 11).remainder(vocab)[None]
+    classes = sorted({type(m).__name__ for m in lean})
+    with torch.no_grad():
+        with HF_PLAN.active():
+            ref = _check_logits(model, ids, tokens // 2 + 1)
+        try:
+            with LEAN_CHECK_PLAN.active():
+                got = _check_logits(model, ids, tokens // 2 + 1)
+            err = float((got - ref).norm() / ref.norm().clamp_min(1e-30))
+        except Exception as e:  # noqa: BLE001 -- any failure of the lean forward is a refusal
+            err, why = float("inf"), f"{type(e).__name__}: {e}"
+        else:
+            why = f"||logits - HF|| / ||HF logits|| = {err:.2e}"
+    rtol = LEAN_CHECK_RTOL.get(p.dtype, 4e-2)
+    if not err <= rtol:
+        for m in lean:  # back to Hugging Face's forward: the model stays usable through HF_PLAN
+            m.forward = m._stagedspec_forward
+            del m._stagedspec_forward
+        raise ValueError(f"the lean layer forward does not reproduce {', '.join(classes)} ({why}, allowed "
+                         f"{rtol:g} in {str(p.dtype).removeprefix('torch.')}); run this model with kernels=hf")
+    log.debug("lean layers checked against HF on %d tokens (%s): %s", tokens, ", ".join(classes), why)

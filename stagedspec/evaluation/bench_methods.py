@@ -1,0 +1,197 @@
+"""The methods a benchmark times: ours (a fresh drafter per run through ``SpeculativeDecoder``)
+and Hugging Face's (``generate``, assisted generation, prompt lookup, early exit), each as
+a ``RunFn``; ``parse_ours`` reads the hierarchies of a packaged pair from one string."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import torch
+
+from stagedspec.drafters import BypassDrafter, KatzNgramDrafter, ModelDrafter, PromptLookupDrafter
+from stagedspec.drafters.feature import FeatureDrafter
+from stagedspec.drafters.hierarchy import corpus_lm
+from stagedspec.drafters.pruned_head import head_subset, pruned_copy
+from stagedspec.engine.decoding import SpeculativeDecoder
+from stagedspec.engine.tree import TreeShape
+from stagedspec.models.draft_files import load_draft, standalone_causal_lm
+from .bench_log import RunFn
+from .bench_table import REFERENCE
+
+
+def hf_generate(model, prompt: list[int], n: int, eos: list[int] | None = None, temperature: float = 0.0,
+                **kw) -> list[int]:
+    """Hugging Face ``generate``: greedy at temperature 0, else sampled (no top-k/top-p)."""
+    ids = torch.tensor([prompt], device=model.device)
+    sample = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature > 0 else \
+        {"do_sample": False}
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, eos_token_id=eos or None,
+                         pad_token_id=0, **sample, **kw)
+    new = out[0, len(prompt):].tolist()
+    stop = next((i for i, t in enumerate(new) if eos and t in eos), None)
+    return new if stop is None else new[: stop + 1]
+
+
+def ours_fn(target, make, sampling, eos, plan) -> RunFn:
+    def run(prompts, n):
+        res = SpeculativeDecoder(target.model, make(), sampling, eos, plan=plan).generate(prompts, n)
+        s = res.summary()
+        top = res.sequences[0].draft_level
+        return {"outputs": [q.output_ids for q in res.sequences], "target_calls": res.target_calls,
+                "target_forward_time": res.target_forward_time, "rounds": int(s["rounds"]),
+                "drafted": s.get(f"drafted/{top}", 0.0) if top else None,
+                "accepted": s.get(f"accepted/{top}", 0.0) if top else None}
+    return run
+
+
+def hf_fn(model, eos, temperature, **kw) -> RunFn:
+    def run(prompts, n):
+        return {"outputs": [hf_generate(model, p, n, eos=eos, temperature=temperature, **kw) for p in prompts]}
+    return run
+
+
+def our_methods(target, files: dict[str, Path], k: int, tree: str | None, lower_k: int) -> tuple[dict, dict]:
+    """name -> factory of a fresh drafter (None: plain decoding), and name -> why skipped."""
+    V = target.vocab_size
+    made, skipped = {"ar": lambda: None}, {}
+    # the cheapest chains: nothing but the target scores lower_k + 1 positions (T(3) ~ 1.1 T(1) here)
+    made["lookup>target"] = lambda: PromptLookupDrafter(k=lower_k, name="lookup")
+    if files["feature"].is_file():
+        feature = load_draft(files["feature"], target.model, target.name)
+        made["feature>target"] = lambda: FeatureDrafter(feature, k=k, name="feature")
+        if tree:
+            shape = TreeShape.parse(tree)
+            made["feature-tree>target"] = lambda: FeatureDrafter(feature, tree=shape, name="feature")
+    else:
+        skipped["feature>target"] = skipped["feature-tree>target"] = f"no feature draft at {files['feature']}"
+    if not files["layers"].is_file():
+        skipped["ngram>layers>target"] = f"no layers draft at {files['layers']}"
+    elif not files["ngram"].is_file():
+        skipped["ngram>layers>target"] = f"no n-gram corpus at {files['ngram']}"
+    else:
+        layers = load_draft(files["layers"], target.model, target.name)
+        base = corpus_lm(files["ngram"], files["ngram"].stat().st_mtime, V, 3)
+        made["ngram>target"] = lambda: KatzNgramDrafter(V, k=lower_k, base=base, name="ngram")
+        made["ngram>layers>target"] = lambda: ModelDrafter(
+            layers, k=k, lower=KatzNgramDrafter(V, k=lower_k, base=base), name="layers")
+    skipped["ngram>feature>target"] = "FeatureDrafter takes no lower= level (it drafts only from the target's features)"
+    return made, skipped
+
+
+LEVEL_KINDS = ("lookup", "ngram", "small", "fr", "copy")
+
+
+def parse_ours(spec: str) -> dict[str, list[tuple[str, list[int]]]]:
+    """``--ours`` for a packaged pair: comma-separated hierarchies, each its levels lowest
+    first joined by '>', each level ``kind:k[:min_match]``: ``lookup:k`` prompt lookup,
+    ``ngram:k`` the Katz n-gram over the context, ``small:k`` the packaged draft model,
+    ``fr:k`` the same with a 32,768-token frequency-pruned head (``drafters/pruned_head.py``),
+    ``copy:k:min_match`` the bypass level; ``ar`` is plain decoding. Name -> levels."""
+    out = {}
+    for item in (x.strip() for x in spec.split(",")):
+        if not item:
+            continue
+        if item == "ar":
+            out["ar"] = []
+            continue
+        levels = []
+        for part in item.split(">"):
+            kind, *nums = part.split(":")
+            if kind not in LEVEL_KINDS or not nums or not all(n.isdigit() and int(n) > 0 for n in nums) \
+                    or len(nums) > (2 if kind == "copy" else 1):
+                raise SystemExit(f"--ours: bad level {part!r} in {item!r}; valid: ar, lookup:K, ngram:K, small:K, fr:K, "
+                                 f"copy:K[:MIN_MATCH], joined by '>' lowest first (e.g. ngram:4>small:8>copy:24:8)")
+            levels.append((kind, [int(n) for n in nums]))
+        out[item] = levels
+    return out
+
+
+def pair_methods(target, small, spec: str) -> dict:
+    """name -> factory of a fresh drafter for a packaged target and draft model (``parse_ours``)."""
+    V = target.vocab_size
+    fr_model = None
+    if any(kind == "fr" for levels in parse_ours(spec).values() for kind, _ in levels):
+        fr_model = pruned_copy(small.model, head_subset(small, 32768))
+
+    def factory(levels):
+        def make():
+            d = None
+            for kind, nums in levels:
+                if kind == "lookup":
+                    d = PromptLookupDrafter(k=nums[0], name="lookup")
+                elif kind == "ngram":
+                    d = KatzNgramDrafter(V, k=nums[0], name="ngram")
+                elif kind in ("small", "fr"):
+                    d = ModelDrafter(small.model if kind == "small" else fr_model, k=nums[0], lower=d, name="small")
+                else:
+                    d = BypassDrafter(d, k=nums[0], min_match=nums[1] if len(nums) > 1 else 1, name="copy")
+            return d
+        return make
+
+    return {name: factory(levels) for name, levels in parse_ours(spec).items()}
+
+
+def pair_hf_methods(args, hf_model, hf_draft, eos) -> tuple[dict, dict, dict]:
+    """HF generate, assisted generation with the packaged draft (HF's schedule and a
+    constant one of ``--assistant-tokens``) and prompt lookup."""
+    T = args.temperature
+    made = {REFERENCE: hf_fn(hf_model, eos, T)}
+    skipped, info = {}, {}
+    gc = hf_draft.generation_config
+    gc.num_assistant_tokens_schedule = args.assistant_schedule
+    info["assistant"] = gc
+    candidates = {"hf_assisted": hf_fn(hf_model, eos, T, assistant_model=hf_draft)}
+    if args.assistant_tokens:
+        const = copy.copy(hf_draft)  # the same weights, its own generation config
+        const.generation_config = copy.deepcopy(gc)
+        const.generation_config.num_assistant_tokens_schedule = "constant"
+        const.generation_config.num_assistant_tokens = args.assistant_tokens
+        const.generation_config.assistant_confidence_threshold = 0.0
+        candidates[f"hf_assisted_const{args.assistant_tokens}"] = hf_fn(hf_model, eos, T, assistant_model=const)
+    candidates["hf_prompt_lookup"] = hf_fn(hf_model, eos, T, prompt_lookup_num_tokens=args.prompt_lookup)
+    for name, fn in candidates.items():
+        try:
+            fn([[1, 2, 3, 4]], 4)
+            made[name] = fn
+        except Exception as e:
+            skipped[name] = f"transformers refused: {type(e).__name__}: {e}"
+    return made, skipped, info
+
+
+def hf_methods(args, hf_model, target_name: str, files: dict[str, Path], eos) -> tuple[dict, dict, dict]:
+    """name -> RunFn of the HF methods that work here, name -> why skipped, and the
+    assistant's settings as used."""
+    T = args.temperature
+    made = {REFERENCE: hf_fn(hf_model, eos, T)}
+    skipped, info = {}, {}
+    candidates = {}
+    if not files["layers"].is_file():
+        skipped["hf_assisted_layers"] = f"no layers draft at {files['layers']}"
+    else:
+        # the draft around the untouched HF model, so HF's path never runs our kernels
+        assistant = standalone_causal_lm(load_draft(files["layers"], hf_model, target_name), hf_model)
+        gc = assistant.generation_config
+        gc.num_assistant_tokens_schedule = args.assistant_schedule
+        candidates["hf_assisted_layers"] = hf_fn(hf_model, eos, T, assistant_model=assistant)
+        info["assistant"] = gc
+    candidates["hf_prompt_lookup"] = hf_fn(hf_model, eos, T, prompt_lookup_num_tokens=args.prompt_lookup)
+    candidates["hf_early_exit"] = hf_fn(hf_model, eos, T, assistant_early_exit=args.early_exit)
+    for name, fn in candidates.items():
+        try:
+            fn([[1, 2, 3, 4]], 4)  # transformers refuses at the first call, if at all
+            made[name] = fn
+        except Exception as e:
+            skipped[name] = f"transformers refused: {type(e).__name__}: {e}"
+    return made, skipped, info
+
+
+def assistant_settings(gc) -> dict:
+    """Schedule, number of assistant tokens and confidence threshold as HF uses them:
+    the assistant's generation config, unset fields from HF's global defaults."""
+    defaults = gc._get_default_generation_params() if hasattr(gc, "_get_default_generation_params") else {}
+    out = {}
+    for k in ("num_assistant_tokens_schedule", "num_assistant_tokens", "assistant_confidence_threshold"):
+        v = getattr(gc, k, None)
+        out[k] = v if v is not None else defaults.get(k)
+    return out

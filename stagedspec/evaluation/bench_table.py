@@ -1,0 +1,123 @@
+"""The benchmarks' tables: ratios to a reference method as geometric means of per-prompt
+ratios with a bootstrap 95% interval, per category and overall, as markdown."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import torch
+
+REFERENCE = "hf"
+"""The method every ratio is to: Hugging Face ``generate``."""
+
+
+def geomean_ci(ratios: list[float], n_boot: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """Geometric mean of per-prompt ratios and a bootstrap 95% interval (prompts resampled)."""
+    logs = torch.tensor(ratios, dtype=torch.float64).log()
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, len(logs), (n_boot, len(logs)), generator=g)
+    boots = logs[idx].mean(1).exp().sort().values
+    return float(logs.mean().exp()), float(boots[int(0.025 * n_boot)]), float(boots[int(0.975 * n_boot) - 1])
+
+
+def per_token_alpha(sequences) -> float:
+    """accepted / (accepted + rejections): each round that stopped before the end of its
+    draft had one rejection; a consistent estimate of per-token acceptance for chains."""
+    acc = rej = 0
+    for s in sequences:
+        for r in s.rounds:
+            acc += r.accepted_depth
+            rej += r.accepted_depth < r.tree_nodes
+    return acc / (acc + rej) if acc + rej else 0.0
+
+
+def _median(xs: list[float]) -> float:
+    return float(statistics.median(xs))
+
+
+def _sum(recs: list[dict], key: str) -> float | None:
+    vals = [r.get(key) for r in recs]
+    return None if any(v is None for v in vals) or not vals else float(sum(vals))
+
+
+def summarize(records: list[dict], categories: list[str], greedy: bool, min_s_per_call: float | None = None,
+              reference: str = REFERENCE) -> dict[str, list[dict]]:
+    """Table rows: "overall" (every method x batch size) and one table per category
+    (batch 1, where a group is one prompt of one category)."""
+    by_row: dict[tuple[str, int], list[dict]] = {}
+    for r in records:
+        by_row.setdefault((r["method"], r["batch"]), []).append(r)
+    ref = {(r["prompts"][0], r["repeat"]): r for r in records if r["method"] == reference and r["batch"] == 1}
+    ref_out: dict[int, list[int]] = {}
+    for (i, rep), r in sorted(ref.items()):
+        ref_out.setdefault(i, r["outputs"][0])  # HF greedy's output: its first repeat's
+
+    def ref_tps(idx: tuple[int, ...], rep: int) -> float | None:
+        rs = [ref.get((i, rep)) for i in idx]
+        if any(r is None for r in rs):
+            return None
+        return sum(r["tokens"] for r in rs) / sum(r["seconds"] for r in rs)
+
+    def row(method: str, batch: int, recs: list[dict]) -> dict:
+        tokens, seconds = sum(r["tokens"] for r in recs), sum(r["seconds"] for r in recs)
+        per_group: dict[tuple[int, ...], list[tuple[float, float]]] = {}
+        for r in recs:
+            ref_r = ref_tps(tuple(r["prompts"]), r["repeat"])
+            if ref_r is not None:
+                per_group.setdefault(tuple(r["prompts"]), []).append((r["tokens"] / r["seconds"], ref_r))
+        ratios = [_median([a for a, _ in v]) / _median([b for _, b in v]) for v in per_group.values()]
+        g, lo, hi = geomean_ci(ratios) if ratios else (math.nan, math.nan, math.nan)
+        rounds, calls = _sum(recs, "rounds"), _sum(recs, "target_calls")
+        fwd, drafted, accepted = _sum(recs, "target_forward_time"), _sum(recs, "drafted"), _sum(recs, "accepted")
+        differing = None
+        if greedy:
+            bad = set()
+            for r in recs:
+                for i, o in zip(r["prompts"], r["outputs"]):
+                    if i in ref_out and o != ref_out[i]:
+                        bad.add(i)
+            differing = len(bad)
+        s_call = fwd / calls if fwd is not None and calls else None
+        return {
+            "method": method, "batch": batch, "prompts": len({i for r in recs for i in r["prompts"]}),
+            "measurements": len(recs), "tokens_per_s": tokens / seconds if seconds else math.nan,
+            "speedup_vs_hf": g, "ci": [lo, hi], "groups": len(ratios),
+            "tokens_per_call": tokens / rounds if rounds else None,
+            "acceptance": accepted / drafted if drafted else None,
+            "differing_outputs": differing, "s_per_target_call": s_call, "min_s_per_target_call":
+                min_s_per_call if s_call is not None else None,
+        }
+
+    order = list(dict.fromkeys(r["method"] for r in records))
+    keys = sorted(by_row, key=lambda k: (k[1], order.index(k[0])))
+    tables = {"overall": [row(m, b, by_row[(m, b)]) for m, b in keys]}
+    for cat in dict.fromkeys(categories):
+        rows = []
+        for m, b in keys:
+            recs = [r for r in by_row[(m, b)] if b == 1 and categories[r["prompts"][0]] == cat]
+            if recs:
+                rows.append(row(m, b, recs))
+        tables[cat] = rows
+    return tables
+
+
+def _fmt(v, spec: str = ".2f") -> str:
+    return "" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+
+
+def markdown(tables: dict[str, list[dict]], head: str = "") -> str:
+    lines = [head] if head else []
+    for name, rows in tables.items():
+        lines += ["", f"### {name}" + (" (batch 1)" if name != "overall" else ""), "",
+                  "| method | batch | tokens/s | vs HF generate (95% CI) | tokens/call | acceptance | differing outputs "
+                  "| s/target call | floor s/call |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            ci = f"{_fmt(r['speedup_vs_hf'])} [{_fmt(r['ci'][0])}, {_fmt(r['ci'][1])}]" \
+                if not math.isnan(r["speedup_vs_hf"]) else ""
+            diff = "" if r["differing_outputs"] is None else f"{r['differing_outputs']}/{r['prompts']}"
+            lines.append(f"| {r['method']} | {r['batch']} | {_fmt(r['tokens_per_s'], '.1f')} | {ci} | "
+                         f"{_fmt(r['tokens_per_call'])} | {_fmt(r['acceptance'])} | {diff} | "
+                         f"{_fmt(r['s_per_target_call'], '.4f')} | {_fmt(r['min_s_per_target_call'], '.4f')} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,163 @@
+"""The fast kernel plan, calibrated on this machine: each GEMM path the engine offers
+(``stagedspec/engine/kernels.py``) timed over all of a model's Linear weights for each row
+count, the fastest kept within a budget of prepacked weight copies, and the result cached
+per machine, model, dtype and threads (``kernels=fast``); ``kernels=hf`` is Hugging Face's
+own path."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from stagedspec.engine.kernels import (
+    HF_PLAN,
+    MAX_ROWS,
+    PATH_LINEAR,
+    PATH_MKLDNN,
+    PATH_WXT,
+    KernelPlan,
+    apply_path,
+    available_paths,
+    gemm_modules,
+    install,
+)
+from .disk_cache import write_json_atomically
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Calibration:
+    """Seconds per pass over all Linear weights, per row count and path, and the plan."""
+
+    key: dict
+    times_ms: dict[str, dict[str, float]] = field(default_factory=dict)  # rows -> path -> ms
+    plan: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def _linears(model: nn.Module) -> list[nn.Linear]:
+    return [m for m in model.modules() if isinstance(m, nn.Linear)]
+
+
+def calibration_key(model: nn.Module, dtype: torch.dtype, threads: int, device: torch.device) -> dict:
+    sizes = [list(m.weight.shape) for m in _linears(model)]
+    return {
+        "machine": platform.machine(), "processor": cpu_name(), "cores": os.cpu_count(),
+        "torch": torch.__version__, "model": getattr(getattr(model, "config", None), "_name_or_path", "") or "",
+        "weights": hashlib.sha256(json.dumps(sizes).encode()).hexdigest()[:16], "n_linear": len(sizes),
+        "dtype": str(dtype).removeprefix("torch."), "threads": threads, "device": str(device),
+    }
+
+
+def cpu_name() -> str:
+    """The CPU's model name (part of every calibration cache key)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _time_pass(mods: list[nn.Linear], xs: list[torch.Tensor], path: str, reps: int) -> float:
+    """Median ms of one pass over every Linear weight (the memory traffic of a forward)."""
+    with torch.no_grad():
+        for mod, x in zip(mods, xs):  # warm-up, and packs the weights on first use
+            apply_path(mod, path, x)
+        times: list[float] = []
+        for _ in range(reps):
+            if len(times) >= 3 and sum(times) > 1.0:  # a big model: 3 passes of over 0.3 s say enough
+                break
+            t0 = time.perf_counter()
+            for mod, x in zip(mods, xs):
+                apply_path(mod, path, x)
+            times.append(time.perf_counter() - t0)
+    times.sort()
+    return 1000 * times[len(times) // 2]
+
+
+def calibrate(
+    model: nn.Module, max_rows: int = MAX_ROWS, max_packs: int = 2, reps: int = 7,
+    cache_dir: str | Path | None = None, name: str = "fast",
+) -> tuple[KernelPlan, Calibration]:
+    """Time each available GEMM path for 1..max_rows rows over all of ``model``'s Linear
+    weights; keep the fastest per row count using at most ``max_packs`` prepacked copies
+    of the weights (each costs the model's Linear weights in memory again). Cached in
+    ``cache_dir``/kernels (default $STAGEDSPEC_CACHE, else ~/.cache/stagedspec) by machine,
+    model, dtype and threads, and by every argument that changes the result (``max_rows``,
+    ``max_packs``, ``reps``, ``name``): a quick calibration (``reps=1``) never stands in
+    for a full one."""
+    install(model)
+    p = next(model.parameters())
+    key = calibration_key(model, p.dtype, torch.get_num_threads(), p.device)
+    args = {"max_rows": max_rows, "max_packs": max_packs, "reps": reps, "name": name}
+    digest = hashlib.sha256(json.dumps({**key, **args}, sort_keys=True).encode()).hexdigest()[:20]
+    cache = Path(cache_dir or os.environ.get("STAGEDSPEC_CACHE") or "~/.cache/stagedspec").expanduser() / "kernels"
+    f = cache / f"{digest}.json"
+    if f.is_file():
+        cal = Calibration(**json.loads(f.read_text()))
+        plan = KernelPlan(**{**cal.plan, "linear": tuple(cal.plan["linear"])})
+        log.info("kernel plan from %s: %s", f, plan.describe())
+        return plan, cal
+    t0 = time.perf_counter()
+    paths = available_paths(p.dtype, p.device)
+    mods = gemm_modules(model)
+    times: dict[str, dict[str, float]] = {}
+    for m in range(1, max_rows + 1) if len(paths) > 1 else ():  # one path: nothing to choose, nothing to time
+        xs = [torch.randn(m, mod.in_features, dtype=p.dtype, device=p.device) for mod in mods]
+        cands = [q for q in paths if not q.startswith("mkl") or q == PATH_MKLDNN or m <= int(q[3:]) < 2 * m]
+        times[str(m)] = {q: _time_pass(mods, xs, q, reps) for q in cands}
+    linear = _choose(times, max_packs) if times else [PATH_LINEAR] * max_rows
+    for mod in mods:  # drop the packs the plan does not use
+        for q in list(mod._stagedspec_packs):
+            if q not in linear:
+                del mod._stagedspec_packs[q]
+    plan = KernelPlan(name=name, linear=tuple(linear), gqa_packing=True, slot_cache=True, lean_layers=True)
+    cal = Calibration(key={**key, **args}, times_ms=times, plan={**asdict(plan), "linear": list(plan.linear)},
+                      seconds=time.perf_counter() - t0)
+    write_json_atomically(f, asdict(cal), "kernel calibration", shown=cache)
+    log.info("calibrated kernels in %.1f s: %s", cal.seconds, plan.describe())
+    return plan, cal
+
+
+def _choose(times: dict[str, dict[str, float]], max_packs: int) -> list[str]:
+    """Fastest path per row count, using at most ``max_packs`` distinct prepacked paths:
+    packs are added greedily by the total time they save over the best choice without them."""
+    rows = sorted(times, key=int)
+    free = {PATH_LINEAR, PATH_WXT}  # no prepacked copy of the weights
+    allowed = {q for r in rows for q in times[r] if q in free}
+    packs = {q for r in rows for q in times[r] if q not in free}
+
+    def total(allow: set[str]) -> float:
+        return sum(min(t for q, t in times[r].items() if q in allow) for r in rows)
+
+    while len(allowed - free) < max_packs and packs - allowed:
+        best = min(sorted(packs - allowed), key=lambda q: total(allowed | {q}))  # ties: name order
+        if total(allowed | {best}) >= total(allowed) * 0.99:  # under 1% gain: not worth the memory
+            break
+        allowed.add(best)
+    return [min((q for q in times[r] if q in allowed), key=lambda q: times[r][q]) for r in rows]
+
+
+def kernel_plan(target, name: str) -> KernelPlan:
+    """The plan a setting names for a loaded target: "hf" (Hugging Face's path) or
+    "fast" (calibrated for this machine, model, dtype and threads; cached)."""
+    if name == "hf":
+        return HF_PLAN
+    if name != "fast":
+        raise ValueError(f"kernels must be 'fast' or 'hf', got {name!r}")
+    plan, _ = calibrate(target.model, cache_dir=target.spec.resolved_cache_dir())
+    return plan
+
+

@@ -1,0 +1,178 @@
+"""The distillation corpus: the target's own answers to the templated training prompts
+(``stagedspec/prompts/training_prompts.py``, never a benchmark's), generated in batches
+through the engine, greedy and sampled, and resumed batch by batch (``build_corpus``); the
+target's last hidden states over them (``target_features``); and the vocabulary subset of
+its most frequent tokens (``vocab_subset``, FR-Spec). Used by ``distillation.py``."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from stagedspec.engine.decoding import SpeculativeDecoder
+from stagedspec.engine.kernels import HF_PLAN
+from stagedspec.engine.sampling import SamplingConfig
+from stagedspec.models.chat_text import encode, eos_token_ids, ids_to_text
+from stagedspec.models.model_loading import LoadedModel
+from stagedspec.prompts.training_prompts import prompt_list_key, training_prompts
+
+
+def generate_corpus(
+    model: torch.nn.Module, prompts: list[list[int]], temperature: float, max_new_tokens: int,
+    batch_size: int, seed: int, eos_ids: list[int], plan=None, desc: str = "generate",
+) -> list[list[int]]:
+    """The target's answer (token ids, EOS included when it stopped) to each prompt, by
+    plain decoding through the engine in batches of prompts of similar length (the
+    engine's cache appends in place; Hugging Face's ``DynamicCache`` copies the whole
+    cache every step, which dominates at batch 24 and 300+ tokens)."""
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    out: list[list[int] | None] = [None] * len(prompts)
+    for start in tqdm(range(0, len(order), batch_size), desc=desc, unit="batch", leave=False):
+        idx = order[start : start + batch_size]
+        sampling = SamplingConfig(temperature=temperature, seed=seed + start)
+        dec = SpeculativeDecoder(model, None, sampling, eos_token_ids=eos_ids, plan=plan or HF_PLAN)
+        res = dec.generate([prompts[i] for i in idx], max_new_tokens)
+        for i, seq in zip(idx, res.sequences):
+            out[i] = seq.output_ids
+    return [o for o in out]  # type: ignore[misc]
+
+
+@dataclass
+class CorpusSpec:
+    """What ``build_corpus`` generates: ``prompts`` training prompts (``training_prompts``
+    with ``seed``), each answered at every temperature in ``temperatures``."""
+
+    prompts: int = 400
+    temperatures: tuple[float, ...] = (0.0, 0.7)
+    max_new_tokens: int = 256
+    batch_size: int = 48
+    seed: int = 0
+    turns: int = 1
+    """Turns answered per prompt (a quarter of the training prompts have a follow-up turn)."""
+
+    def validate(self) -> None:
+        if not isinstance(self.prompts, int) or self.prompts < 1:
+            raise ValueError(f"corpus prompts must be an integer >= 1, got {self.prompts!r}")
+        if not self.temperatures or any(not isinstance(t, (int, float)) or t < 0 for t in self.temperatures):
+            raise ValueError(f"corpus temperatures must be a non-empty list of numbers >= 0, got {self.temperatures!r}")
+        for k in ("max_new_tokens", "batch_size", "turns"):
+            v = getattr(self, k)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"corpus {k} must be an integer >= 1, got {v!r}")
+
+
+def corpus_dir(cache_dir: str | Path, target_name: str, spec: CorpusSpec, kernels: str = "hf") -> Path:
+    """Where a target's corpus for ``spec`` lives: one directory per (target, spec, kernel
+    plan, prompt lists), so every run of the same recipe reuses (or resumes) the same
+    generation, and a change of what generates it starts a new one."""
+    what = {**asdict(spec), "kernels": kernels, "prompts_key": prompt_list_key()}
+    key = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]
+    return Path(cache_dir) / "distill" / f"{target_name}-{key}"
+
+
+def build_corpus(target: LoadedModel, spec: CorpusSpec, path: str | Path, plan=None) -> list[dict]:
+    """The target's answers to the training prompts, one JSON record per conversation in
+    ``path`` (``ids``: the whole conversation as the target reads it, ``start``: index of
+    the last answer's first token, ``temperature``, ``prompt``). Records are appended a
+    batch at a time, so an interrupted run resumes where it stopped. Second turns are
+    answered after every first turn, with the target's own first answer as history."""
+    spec.validate()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    done: dict[tuple[int, int, float], dict] = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:  # a line cut by a kill mid-write: redo it
+                continue
+            done[(rec["prompt"], rec["turn"], rec["temperature"])] = rec
+    prompts = training_prompts(spec.prompts, seed=spec.seed)
+    eos = eos_token_ids(target)
+    with path.open("a", encoding="utf-8") as f:
+        for turn in range(min(spec.turns, max(len(p) for p in prompts))):
+            for temp in spec.temperatures:
+                # batches are fixed by the spec, so a resumed run makes the same batches (and
+                # draws the same samples) as one that was never interrupted
+                rows = [i for i, p in enumerate(prompts) if len(p) > turn]
+                for start in tqdm(range(0, len(rows), spec.batch_size), desc=f"turn {turn + 1} T={temp}",
+                                  unit="batch", leave=False):
+                    idx = rows[start : start + spec.batch_size]
+                    if all((i, turn, temp) in done for i in idx):
+                        continue
+                    ids = []
+                    for i in idx:
+                        history = [(prompts[i][t], ids_to_text(target, done[(i, t, temp)]["answer"]))
+                                   for t in range(turn)]
+                        ids.append(encode(target, prompts[i][turn], history))
+                    answers = generate_corpus(target.model, ids, temp, spec.max_new_tokens, len(idx),
+                                              spec.seed + 7919 * turn + start, eos, plan=plan, desc="batch")
+                    for i, prompt_ids, answer in zip(idx, ids, answers):
+                        rec = {"prompt": i, "turn": turn, "temperature": temp, "ids": prompt_ids + answer,
+                               "start": len(prompt_ids), "answer": answer}
+                        done[(i, turn, temp)] = rec
+                        f.write(json.dumps(rec) + "\n")
+                    f.flush()
+    return [done[k] for k in sorted(done)]
+
+
+@torch.no_grad()
+def target_features(model: torch.nn.Module, sequences: list[list[int]], batch_tokens: int = 4096,
+                    desc: str = "features") -> list[torch.Tensor]:
+    """The target's last hidden state (after its final norm) at every position of every
+    sequence, float16 on the CPU: ``[len(seq), hidden]`` each."""
+    decoder = model.get_decoder()
+    dev = next(model.parameters()).device
+    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
+    out: list[torch.Tensor | None] = [None] * len(sequences)
+    batches, cur = [], []
+    for i in order:
+        if cur and (len(cur) + 1) * len(sequences[i]) > batch_tokens:
+            batches.append(cur)
+            cur = []
+        cur.append(i)
+    if cur:
+        batches.append(cur)
+    for idx in tqdm(batches, desc=desc, unit="batch", leave=False):
+        width = max(len(sequences[i]) for i in idx)
+        ids = torch.zeros(len(idx), width, dtype=torch.long)
+        mask = torch.zeros(len(idx), width, dtype=torch.long)
+        for r, i in enumerate(idx):  # right padding: causal attention never sees it
+            ids[r, : len(sequences[i])] = torch.tensor(sequences[i])
+            mask[r, : len(sequences[i])] = 1
+        h = decoder(input_ids=ids.to(dev), attention_mask=mask.to(dev)).last_hidden_state
+        for r, i in enumerate(idx):
+            out[i] = h[r, : len(sequences[i])].to("cpu", torch.float16)
+    return out  # type: ignore[return-value]
+
+
+def vocab_subset(sequences: list[list[int]], size: int, vocab_size: int, always: list[int] = ()) -> torch.Tensor:
+    """The ``size`` most frequent ids in ``sequences`` (ties by id), ``always`` included,
+    padded with the lowest unused ids if the corpus has fewer distinct tokens."""
+    if not isinstance(size, int) or not 1 <= size <= vocab_size:
+        raise ValueError(f"vocabulary subset size must be in 1..{vocab_size} (the target's vocabulary), got {size!r}")
+    counts = Counter(t for s in sequences for t in s)
+    keep = list(dict.fromkeys([int(t) for t in always if 0 <= int(t) < vocab_size]))
+    for t, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        if len(keep) >= size:
+            break
+        if t not in keep:
+            keep.append(t)
+    filler = (t for t in range(vocab_size) if t not in set(keep))
+    while len(keep) < size:
+        keep.append(next(filler))
+    return torch.tensor(sorted(keep[:size]), dtype=torch.long)
+
+
+def coverage(sequences: list[list[int]], subset: torch.Tensor) -> float:
+    """Share of token occurrences in ``sequences`` that the subset covers."""
+    s = set(subset.tolist())
+    total = sum(len(x) for x in sequences)
+    return sum(t in s for x in sequences for t in x) / total if total else 0.0
