@@ -67,7 +67,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 HASHED = ("data", "data_path", "prompts", "max_new_tokens", "threads", "device", "dtype", "temperature", "k", "tree",
           "lower_k", "kernels", "assistant_schedule", "prompt_lookup", "early_exit", "target", "draft", "ours",
-          "assistant_tokens", "first_prompt")
+          "assistant_tokens", "first_prompt", "stride")
 """The arguments that change the numbers: the measurements' key (with the draft files)."""
 
 
@@ -150,6 +150,7 @@ def parse_args(argv=None):
     ap.add_argument("--hf-methods", default="all", help="with --draft: which HF methods to time (comma list of "
                     "hf, hf_assisted, hf_assisted_constN, hf_prompt_lookup; without 'hf' the ratios are to our 'ar')")
     ap.add_argument("--first-prompt", type=int, default=0, help="skip this many prompts of the set first")
+    ap.add_argument("--stride", type=int, default=1, help="then take every N-th prompt (a spread sample of the set)")
     return ap.parse_args(argv)
 
 
@@ -163,7 +164,9 @@ def main(argv=None) -> None:
     spec = ModelSpec(source="embedded", embedded=args.target, dtype=args.dtype, device=args.device)
     target = load_model(spec)
     hf_model = load_model(spec).model  # untouched: HF's own kernels
-    qs = pick_prompts(load_prompt_set(args.data, path=args.data_path)[args.first_prompt:], args.prompts)
+    if args.stride < 1:
+        raise SystemExit(f"--stride must be >= 1, got {args.stride}")
+    qs = pick_prompts(load_prompt_set(args.data, path=args.data_path)[args.first_prompt::args.stride], args.prompts)
     prompts = [encode_prompt(target.tokenizer, q.turns[:1]) for q in qs]
     cats = [q.category for q in qs]
     eos = eos_token_ids(target)
