@@ -219,3 +219,61 @@ def test_in_process_job_resume_and_redo(tmp_path, questions):
     finished = runs(tmp_path, status="FINISHED")
     assert len(finished) == 1 and len(runs(tmp_path)) == 1  # the first run was replaced, not duplicated
     assert (tmp_path / "c" / "outputs.jsonl").is_file() and not (tmp_path / "b" / "outputs.jsonl").exists()
+
+
+AUTO = ["tree=auto", "tree.shape.auto.max_nodes=4", "tree.shape.auto.widths=[2,1]", "tree.shape.auto.prompts=2",
+        "tree.shape.auto.tokens=6", "tree.shape.auto.repeats=1"]
+
+
+def test_tree_auto_is_chosen_before_timing_and_logged(tmp_path, questions, monkeypatch):
+    """The runner resolves ``tree=auto`` before the first timed batch, even with
+    ``warmup=false`` (the tiny experiment's setting), on training prompts (the default
+    source: no evaluated prompt), and logs the tree, its source and its prediction."""
+    from hydra import compose, initialize_config_dir
+
+    from stagedspec.app import run_entry as run
+    from stagedspec.app.plan import CONF_DIR
+    from stagedspec.engine.tree import StaticShape
+
+    monkeypatch.setenv("STAGEDSPEC_CACHE", str(tmp_path / "cache"))
+    seen = []
+    real = run.decode_paired
+
+    def spy(method_dec, *args, **kw):
+        seen.append(method_dec.drafter.tree)
+        return real(method_dec, *args, **kw)
+
+    monkeypatch.setattr(run, "decode_paired", spy)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=["experiment=tiny", "data=spec_bench", f"data.path={questions}",
+                                            f"tracking.uri={uri}", "max_new_tokens=4", *AUTO])
+        assert not cfg.warmup
+        metrics = run.execute(cfg, out_dir=tmp_path / "a")
+    assert len(seen) == 1 and isinstance(seen[0], StaticShape)  # a chosen tree, not the request
+    chosen = json.loads((tmp_path / "a" / "tree_auto.json").read_text())
+    assert [list(p) for p in seen[0].paths] == chosen["paths"]
+    assert chosen["calibration"]["key"]["source"] == "training"
+    assert metrics["tree_auto.predicted_tokens_per_call"] >= 1.0 and metrics["tree_auto.calibration_s"] > 0
+    (child,) = runs(tmp_path)
+    assert child.data.params["tree_auto.source"] == "training"
+    assert json.loads(child.data.params["tree_auto.paths"]) == chosen["paths"]
+    assert child.data.tags["stagedspec.tree_auto"].startswith(f"{len(chosen['paths'])} nodes, source training")
+    assert "tree_auto.predicted_tokens_per_call" in child.data.metrics
+    assert (tmp_path / "cache" / "trees").is_dir()  # the test's own cache, not the user's
+
+
+def test_tree_auto_on_a_missing_questions_file_is_refused_before_loading(tmp_path, questions, monkeypatch):
+    """source=data with no questions file: one ConfigError naming the path and the
+    alternative, from the plan (nothing loaded), not a silent switch to training prompts."""
+    from hydra import compose, initialize_config_dir
+
+    from stagedspec.app.plan import CONF_DIR, ConfigError, validate_cfg
+
+    missing = tmp_path / "nope.jsonl"
+    monkeypatch.setenv("STAGEDSPEC_DATA", str(missing))
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=["experiment=tiny", "data=spec_bench", f"data.path={questions}",
+                                            *AUTO, "tree.shape.auto.source=data"])
+    with pytest.raises(ConfigError, match=f"{missing}.*source=training"):
+        validate_cfg(cfg)

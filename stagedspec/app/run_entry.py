@@ -7,7 +7,9 @@ Where a Hydra config, the decoding library and the tracker meet. One job:
    below ``execute`` only the plan travels;
 2. skip the job if MLflow already holds a FINISHED run with the same config hash;
 3. load the models (once per process: a multirun's later jobs reuse them), build the
-   draft hierarchy (this checks each drafter's tokenizer against the target's);
+   draft hierarchy (this checks each drafter's tokenizer against the target's); resolve
+   ``tree=auto`` (calibrate on prompts that are not evaluated, or read the cache) and log
+   the chosen tree, its source and prediction, all before anything is timed;
 4. decode every prompt turn with the plain autoregressive baseline and with the
    configured method, ``batch_size`` prompts of one category at a time
    (``evaluation.decode_paired``: the two interleaved per batch, ``repeats`` times);
@@ -52,6 +54,7 @@ from stagedspec.evaluation.paired import decode_paired, job_metrics
 from stagedspec.models.chat_text import encode, eos_token_ids, ids_to_text
 from stagedspec.models.kernel_calibration import kernel_plan
 from stagedspec.models.model_loading import LoadedModel, load_cached
+from stagedspec.search.auto_tree import prepare
 from .cli import config_errors
 from .identity import config_hash, job_params, run_name
 from .plan import CONF_DIR, ConfigError, JobPlan, validate_cfg
@@ -132,6 +135,15 @@ def _run_job(
             f"max_new_tokens={plan.max_new_tokens} plus draft depth {depth} leaves no room for a prompt in "
             f"{target.name}'s context of {target.context_length} tokens"
         )
+    # tree=auto: calibrate (or read the cached calibration) now, outside every timed batch,
+    # whatever `warmup` says; the chosen tree and what it predicts go to the run
+    choice = prepare(drafter, plan.sampling, kernels)
+    if choice is not None:
+        (out_dir / "tree_auto.json").write_text(json.dumps(choice.artifact(), indent=1, default=str))
+        if tracker is not None:
+            tracker.log(run_id, params=choice.params(),
+                        tags={"stagedspec.tree_auto": f"{len(choice.paths)} nodes, source "
+                                                      f"{choice.calibration.key.get('source')}"})
     if plan.warmup:  # first forwards allocate; keep that out of either method's time
         first = encode(target, plan.questions[0].turns[0], [])[-min(32, max_prompt) :]
         for dec in (method_dec, ar_dec):
@@ -147,6 +159,8 @@ def _run_job(
 
     metrics = job_metrics(run, ar, plan.sampling.greedy)
     metrics["model_load_s"] = load_s
+    if choice is not None:  # the tree's prediction beside what the run measured (tokens_per_call)
+        metrics.update(choice.metrics())
     _write(out_dir, run.records + (ar.records if ar is not None and ar is not run else []), metrics, config_yaml)
     (out_dir / "view.html").write_text(job_page(
         plan.method, [lv.name for lv in plan.levels], run.records, lambda ids: ids_to_text(target, ids),
@@ -163,6 +177,8 @@ def _run_job(
                           "outputs_table.json")
         for fname in ARTIFACTS:
             tracker.log_artifact(run_id, out_dir / fname)
+        if choice is not None:
+            tracker.log_artifact(run_id, out_dir / "tree_auto.json")
         overrides = out_dir / ".hydra" / "overrides.yaml"  # the job's command-line overrides, as Hydra wrote them
         if overrides.is_file():
             tracker.log_artifact(run_id, overrides, "hydra")

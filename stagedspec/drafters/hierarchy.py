@@ -21,6 +21,7 @@ from stagedspec.engine.drafter_protocol import Drafter
 from stagedspec.engine.tree import AutoShape, TreeShape, TreeShapeT
 from stagedspec.models.draft_files import load_draft, read_meta
 from stagedspec.models.model_loading import LoadedModel, ModelSpec, check_compatible, truncated_copy
+from stagedspec.prompts.prompt_sets import DATA_ENV, default_data_path
 from stagedspec.search.auto_tree import attach
 from .bypass import BypassDrafter
 from .feature import FeatureDrafter
@@ -277,7 +278,12 @@ def validate_levels(levels: list[Any]) -> None:
         # rank-0 chain, the level adds its own ranked alternatives (drafters/model_drafter.py)
     top = target_facing(levels)
     for i, lv in enumerate(levels):
-        if isinstance(getattr(lv, "shape", None), AutoShape) and (i != top or top != len(levels) - 1):
+        shape = getattr(lv, "shape", None)
+        if isinstance(shape, AutoShape) and shape.source == "data" and not default_data_path().is_file():
+            raise FileNotFoundError(
+                f"level {lv.name!r}: tree=auto with source=data calibrates on {default_data_path()}, which does "
+                f"not exist; set ${DATA_ENV} to a Spec-Bench-style questions file or use source=training")
+        if isinstance(shape, AutoShape) and (i != top or top != len(levels) - 1):
             if i == top:
                 raise ValueError(f"level {lv.name!r}: tree=auto calibrates the level drafting for the target "
                                  f"alone; with the bypass level {levels[-1].name!r} above it, use a fixed tree "

@@ -87,12 +87,14 @@ class AutoShape:
     widths: tuple[int, ...] = (6, 4, 3, 3, 2, 2, 2, 2)
     prompts: int = 4
     """Calibration prompts."""
-    source: str = "data"
-    """Where they come from: "data", Spec-Bench dev questions (``data.default_data_path()``;
-    the *last* of each category, categories in turn, so they miss any evaluation set
-    taking the first questions per category), or "training", the distillation templates
-    (``prompts/training_prompts.py``: short requests, so an n-gram level finds little to copy in
-    them, and a draft trained on them would look better than on unseen text)."""
+    source: str = "training"
+    """Where they come from: "training", the distillation templates
+    (``prompts/training_prompts.py``: short requests that share no task with any benchmark
+    set, present in every install; an n-gram level finds less to copy in them than in
+    benchmark answers), or "data", Spec-Bench dev questions (``prompts.prompt_sets.
+    default_data_path()``: the *last* of each category, categories in turn, so they miss an
+    evaluation taking the first questions per category); "data" without that file is an
+    error, never a silent switch to "training"."""
     tokens: int = 48
     """New tokens decoded per calibration prompt."""
     repeats: int = 5
@@ -166,7 +168,7 @@ def _parse_auto(d: dict) -> AutoShape:
         if not w or any(not isinstance(i, int) or isinstance(i, bool) or i < 1 for i in w):
             raise ValueError(f"auto tree: widths must be a non-empty list of integers >= 1, got {d['widths']!r}")
         d["widths"] = tuple(w)
-    if d.get("source", "data") not in ("data", "training"):
+    if d.get("source", "training") not in ("data", "training"):
         raise ValueError(f"auto tree: source must be 'data' or 'training', got {d['source']!r}")
     shape = AutoShape(**d)
     for k in ("max_nodes", "prompts", "tokens", "repeats"):

@@ -81,10 +81,11 @@ class _Recorder:
         # out of emitted tokens (a length or EOS cut): the next depth was not observed
 
 
-def calibration_prompts(target, n: int, source: str = "data", seed: int = 0) -> list[list[int]]:
+def calibration_prompts(target, n: int, source: str = "training", seed: int = 0) -> list[list[int]]:
     """``n`` prompts encoded for the target (see ``AutoShape.source``); random token ids for
-    a model without a tokenizer (tests). "data" falls back to "training" when the
-    questions file is missing."""
+    a model without a tokenizer (tests). "data" without its questions file raises
+    FileNotFoundError naming the path (the cache key says which source was used, so a
+    fallback would file one source's measurement under the other's name)."""
     if target.tokenizer is None:
         rng = random.Random(seed)
         out = []
@@ -93,17 +94,20 @@ def calibration_prompts(target, n: int, source: str = "data", seed: int = 0) -> 
             out.append(base + base[: len(base) // 2])
         return out
     if source == "data":
-        try:
-            questions = prompt_sets.load_questions(prompt_sets.default_data_path())
-        except (FileNotFoundError, ValueError) as e:
-            log.warning("tree=auto: no questions file (%s); calibrating on training templates", e)
-        else:
-            by_cat: dict[str, list] = {}
-            for q in questions:
-                by_cat.setdefault(q.category, []).append(q)
-            cols = [list(reversed(qs)) for qs in by_cat.values()]  # the last of each category first
-            picked = [col[i] for i in range(max(map(len, cols))) for col in cols if i < len(col)][:n]
-            return [encode_prompt(target.tokenizer, q.turns[:1]) for q in picked]
+        path = prompt_sets.default_data_path()
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"tree=auto with source=data calibrates on {path}, which does not exist: set "
+                f"${prompt_sets.DATA_ENV} to a Spec-Bench-style questions file or use source=training")
+        questions = prompt_sets.load_questions(path)
+        by_cat: dict[str, list] = {}
+        for q in questions:
+            by_cat.setdefault(q.category, []).append(q)
+        cols = [list(reversed(qs)) for qs in by_cat.values()]  # the last of each category first
+        picked = [col[i] for i in range(max(map(len, cols))) for col in cols if i < len(col)][:n]
+        return [encode_prompt(target.tokenizer, q.turns[:1]) for q in picked]
+    if source != "training":
+        raise ValueError(f"tree=auto: source must be 'training' or 'data', got {source!r}")
     return [encode_prompt(target.tokenizer, turns[:1]) for turns in training_prompts(n, seed=seed + 12345)]
 
 

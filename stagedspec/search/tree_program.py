@@ -157,6 +157,8 @@ class Choice:
             "tree_auto.depth": max((len(p) for p in self.paths), default=0),
             "tree_auto.cache_hit": self.cache_hit,
             "tree_auto.widths": json.dumps(self.calibration.widths),
+            "tree_auto.source": self.calibration.key.get("source", ""),
+            "tree_auto.prompts": self.calibration.key.get("prompts", ""),
         }
 
     def metrics(self) -> dict[str, float]:
