@@ -130,9 +130,10 @@ def prediction_errors(d: pd.DataFrame) -> pd.Series:
 
 
 def fig_speedup_vs_predicted(runs: pd.DataFrame, path) -> pd.DataFrame:
-    """(c) Measured speedup (with its 95% interval) vs the cost model's prediction, logged
-    by each job from its own timings (``stagedspec/metrics/cost_model.py``): tokens per call from
-    alpha_hat and the draft shape, times per round measured by part."""
+    """(c) Measured speedup (with its 95% interval) vs the cost model's out-of-sample
+    prediction, logged by each job from a calibration decode on training templates before
+    timing (``stagedspec/metrics/cost_model.py``): tokens per call from that calibration's
+    alpha_hat and draft depths, its round time and plain decoding's time per token."""
     notes: list[str] = []
     d = speculative(runs)
     data = pd.DataFrame({

@@ -8,8 +8,8 @@ positions costing v single-position target forwards (v = T(gamma + 1) / T(1)):
 - expected speedup over AR        = (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + v))
 
 The paper takes v = 1; on a CPU scoring more positions costs more (``verify_cost/<n>``),
-which is what the measured runs' ``predicted_speedup`` (``stagedspec/metrics/cost_model.py``)
-accounts for. alpha must be the per-token acceptance, ``alpha_hat`` = accepted /
+which is what the runs' ``predicted_speedup`` and ``accounted_speedup``
+(``stagedspec/metrics/cost_model.py``) account for. alpha must be the per-token acceptance, ``alpha_hat`` = accepted /
 (accepted + rejections); accepted / drafted is alpha (1 - alpha^k) / (k (1 - alpha)) for a
 chain of k, so a theory fed with it falls with k by construction.
 

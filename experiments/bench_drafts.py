@@ -21,7 +21,6 @@ import json
 import time
 from pathlib import Path
 
-import torch
 
 from stagedspec.drafters import KatzNgramDrafter, ModelDrafter
 from stagedspec.drafters.feature import FeatureDrafter

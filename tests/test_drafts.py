@@ -19,7 +19,7 @@ from stagedspec.engine.tree import TreeShape
 from stagedspec.models.draft_files import build_draft, load_draft, read_meta, save_draft
 from stagedspec.training.corpus import generate_corpus, target_features, vocab_subset
 from stagedspec.training.distillation import TrainConfig, agreement, train_draft
-from .helpers import hf_greedy, tiny_target
+from .helpers import tiny_target
 from .test_greedy_exact import N_NEW, _prompts, _reference
 from .test_sampling_exact import V, chi2, chi2_critical
 

@@ -50,7 +50,7 @@ def test_acceptance_length_emitted_efficiency_alpha_by_hand():
     assert m["wasted_draft_fraction/small"] == 6 / 12
     # 6 accepted tests and 3 rejections: alpha_hat = 6 / 9, while accepted / drafted = 0.5
     assert m["alpha_hat"] == pytest.approx(2 / 3)
-    assert m["predicted_tokens_per_call"] == pytest.approx(1 + 2 / 3 + 4 / 9 + 8 / 27)  # 65 / 27
+    assert m["iid_tokens_per_call"] == pytest.approx(1 + 2 / 3 + 4 / 9 + 8 / 27)  # 65 / 27
     assert m["provenance/small"] == 6 / 9
 
 
@@ -77,7 +77,7 @@ def test_alpha_hat_is_consistent_where_accepted_over_drafted_is_not():
     m = s.summary()
     assert m["acceptance_rate"] == pytest.approx(0.8 * (1 - 0.8 ** 4) / (4 * 0.2), abs=0.01)  # 0.59
     assert m["alpha_hat"] == pytest.approx(0.8, abs=0.01)
-    assert m["predicted_tokens_per_call"] == pytest.approx(m["mean_acceptance_length"], rel=0.01)
+    assert m["iid_tokens_per_call"] == pytest.approx(m["mean_acceptance_length"], rel=0.01)
     assert geometric_tokens(0.8, 4) == pytest.approx(3.3616)
 
 
@@ -198,13 +198,13 @@ def test_cost_model_by_hand():
     plus the last one's overshoot 2.75 / (2 * 1.875^2), of 0.1 s each after a 0.2 s
     prefill; the baseline makes 10 tokens/s."""
     b = _batch([(1, True, 2), (1, True, 2), (0, True, 1), (2, True, 3)], wall=0.6, prefill=0.2, round_s=0.1)
-    p = cost_model.predict([b], 10.0)
+    p = cost_model.account([b], 10.0)
     rounds = 8 / 1.875 + 2.75 / (2 * 1.875 ** 2)  # 4.658
     assert cost_model.yield_moments(0.5, {3: 4}) == pytest.approx((1.875, 2.75))
-    assert p["predicted_tokens_per_call"] == pytest.approx(1.875)
-    assert p["predicted_rounds"] == pytest.approx(rounds)
-    assert p["predicted_wall_s"] == pytest.approx(0.2 + 0.1 * rounds)
-    assert p["predicted_speedup"] == pytest.approx(8 / (0.2 + 0.1 * rounds) / 10.0)
+    assert p["accounted_tokens_per_call"] == pytest.approx(1.875)
+    assert p["accounted_rounds"] == pytest.approx(rounds)
+    assert p["accounted_wall_s"] == pytest.approx(0.2 + 0.1 * rounds)
+    assert p["accounted_speedup"] == pytest.approx(8 / (0.2 + 0.1 * rounds) / 10.0)
     assert cost_model.predicted_rounds(5, 1.0, 0.0) == 5  # plain decoding: one token a round, no overshoot
     ar = GenerationResult([SequenceResult(prompt_ids=[1])], [PhaseTimes(verify=0.05, rows=1, width=1)] * 4,
                           target_calls=4, target_forward_time=4 * 0.04)
@@ -254,10 +254,38 @@ def test_job_metrics_pool_repeats_and_carry_intervals():
     # batches emit 20 tokens; the baseline makes 5 tokens/s, the method measured 2x.
     E, second = 2.176, 3.936
     wall = 4 * (5 / E + second / (2 * E * E)) * 0.1  # 1.0854 s
-    assert m["predicted_tokens_per_call"] == pytest.approx(E)
-    assert m["predicted_wall_s"] == pytest.approx(wall)
-    assert m["predicted_speedup"] == pytest.approx(20 / wall / 5.0)  # 3.685
-    assert m["prediction_error"] == pytest.approx(20 / wall / 5.0 / 2.0 - 1.0)  # its walls hold more than its rounds
+    assert m["accounted_tokens_per_call"] == pytest.approx(E)
+    assert m["accounted_wall_s"] == pytest.approx(wall)
+    assert m["accounted_speedup"] == pytest.approx(20 / wall / 5.0)  # 3.685
+    assert m["accounting_error"] == pytest.approx(20 / wall / 5.0 / 2.0 - 1.0)  # its walls hold more than its rounds
+    assert not any(k.startswith("predict") for k in m)  # no out-of-sample prediction was given
+    # given one (made before timing, on other prompts), it is kept as is and compared
+    m = job_metrics(method, ar, greedy=True, prediction={"predicted_speedup": 2.5, "predicted_tokens_per_call": 3.0})
+    assert m["predicted_speedup"] == 2.5 and m["prediction_error"] == pytest.approx(2.5 / 2.0 - 1.0)
+    assert m["predicted_tokens_per_call"] == 3.0 and m["accounted_tokens_per_call"] == pytest.approx(E)
+
+
+def test_out_of_sample_prediction_by_hand():
+    """Calibration: one method batch (rounds accepting 1, 1, 0, 2 of a chain of 3, each
+    then rejected: alpha_hat 0.5, E = 1.875, E[X (X - 1)] = 2.75; 0.1 s a round, 0.2 s
+    prefill) and two plain batches (0.05 s a round, prefill 0.1 and 0.3 s). A job of 16
+    tokens per row: the method needs 16 / 1.875 + 2.75 / (2 * 1.875^2) = 8.925 rounds,
+    0.2 + 0.8925 = 1.0925 s a batch; plain decoding 0.2 + 16 * 0.05 = 1.0 s."""
+    b = _batch([(1, True, 2), (1, True, 2), (0, True, 1), (2, True, 3)], wall=0.6, prefill=0.2, round_s=0.1)
+
+    def plain(prefill):
+        return GenerationResult([SequenceResult(prompt_ids=[1])], [PhaseTimes(verify=0.05, rows=1, width=1)] * 6,
+                                target_calls=6, prefill_time=prefill, wall_time=prefill + 0.3)
+
+    p = cost_model.predict_out_of_sample([b], [plain(0.1), plain(0.3)], tokens=16, rows=2)
+    rounds = 16 / 1.875 + 2.75 / (2 * 1.875 ** 2)
+    assert rounds == pytest.approx(8.9244, abs=1e-4)
+    assert p["predicted_tokens_per_call"] == pytest.approx(1.875) and p["predicted_rounds"] == pytest.approx(rounds)
+    assert p["predicted_speedup"] == pytest.approx(1.0 / (0.2 + 0.1 * rounds))  # 0.9155
+    assert p["predicted_tokens_per_s"] == pytest.approx(2 * 16 / (0.2 + 0.1 * rounds))
+    assert p["predicted_ar_tokens_per_s"] == pytest.approx(2 * 16 / 1.0)
+    assert p["prediction_alpha_hat"] == 0.5 and p["prediction_ar_round_s"] == pytest.approx(0.05)
+    assert cost_model.predict_out_of_sample([b], [], tokens=16) == {}  # no baseline calibration: nothing
 
 
 @pytest.mark.parametrize("bad", ["0", "-1", "1.5", "true", "x"])

@@ -26,7 +26,7 @@ def test_cut_or_altered_chunk_is_refused_naming_both(tmp_path):
     path.write_bytes(data)
     check_chunk(chunk, path)  # intact: accepted
     path.write_bytes(data[:-1])
-    with pytest.raises(ValueError, match=rf"part01.bin has 999 bytes, expected 1000.*'pkg_part1'"):
+    with pytest.raises(ValueError, match=r"part01.bin has 999 bytes, expected 1000.*'pkg_part1'"):
         check_chunk(chunk, path)
     altered = b"X" + data[1:]
     path.write_bytes(altered)

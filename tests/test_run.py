@@ -277,3 +277,35 @@ def test_tree_auto_on_a_missing_questions_file_is_refused_before_loading(tmp_pat
                                             *AUTO, "tree.shape.auto.source=data"])
     with pytest.raises(ConfigError, match=f"{missing}.*source=training"):
         validate_cfg(cfg)
+
+
+def test_predicted_speedup_comes_from_prompts_that_are_not_evaluated(tmp_path, questions):
+    """Two jobs on different questions: the out-of-sample prediction (made before timing
+    on training templates) gives the same tokens per call and alpha_hat for both (greedy
+    decoding is deterministic), while the in-sample accounting follows each job's own
+    prompts; prediction.prompts=0 turns the prediction off."""
+    from hydra import compose, initialize_config_dir
+
+    from stagedspec.app import run_entry as run
+    from stagedspec.app.plan import CONF_DIR
+
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps({"question_id": 3, "category": "math", "turns": ["Add 2 and 2."]}) + "\n")
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        def job(path, *extra):
+            cfg = compose("config", overrides=["experiment=tiny", "data=spec_bench", f"data.path={path}",
+                                                f"tracking.uri={uri}", "max_new_tokens=10", "prediction.prompts=2",
+                                                "prediction.tokens=16", *extra])
+            return run.execute(cfg, out_dir=tmp_path / path.stem)
+
+        a, b = job(questions), job(other)
+        off = job(other, "prediction.prompts=0")
+    for key in ("predicted_tokens_per_call", "prediction_alpha_hat", "prediction_calib_tokens"):
+        assert a[key] == b[key], key
+    assert a["accounted_tokens_per_call"] != b["accounted_tokens_per_call"]
+    assert a["prediction_calib_tokens"] == 2 * 16  # two calibration prompts of 16 tokens (no EOS in tiny)
+    assert a["prediction_error"] == pytest.approx(a["predicted_speedup"] / a["speedup"] - 1)
+    assert not any(k.startswith(("predicted_", "prediction_")) for k in off)
+    sources = {r.data.params.get("prediction.source") for r in runs(tmp_path)}
+    assert sources == {"training templates, 2 prompts x 16 tokens, before timing", None}

@@ -8,7 +8,6 @@ import json
 
 import pytest
 from hydra import compose, initialize_config_dir
-from mlflow import MlflowClient
 
 from analysis.load import load_runs
 from stagedspec.app.identity import job_params, run_name, sweep_name

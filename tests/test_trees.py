@@ -25,7 +25,7 @@ from stagedspec.models.model_loading import truncated_copy
 from stagedspec.search.auto_tree import attach
 from stagedspec.search.tree_calibration import _Recorder
 from stagedspec.search.tree_program import Calibration, acceptance_matrix, best_trees, choose, replay
-from .helpers import hf_greedy, other_small, tiny_target
+from .helpers import other_small, tiny_target
 from .test_drafts import _peaked, draw_positions_3_4, exact_positions_3_4
 from .test_greedy_exact import N_NEW, _prompts, _reference
 from .test_sampling_exact import V, chi2, chi2_critical

@@ -45,14 +45,15 @@ LEVEL_META_KEYS = ("stage", "enabled")
 
 CONFIG_KEYS = (
     "target", "levels", "tree", "sampling", "data", "tracking", "experiment_name", "batch_size", "max_new_tokens",
-    "seed", "baseline", "device", "kernels", "warmup", "resume", "repeats",
+    "seed", "baseline", "device", "kernels", "warmup", "resume", "repeats", "prediction",
 )
 """The top-level keys of a job's config (conf/config.yaml and its groups); ``hydra`` is
 Hydra's, and an entry point may allow more (``prompt`` for generate)."""
 DATA_KEYS = ("name", "path", "categories", "per_category", "limit", "max_turns")
 TRACKING_KEYS = ("uri", "artifact_location", "system_metrics")
 TREE_KEYS = ("shape",)
-GROUP_KEYS = {"data": DATA_KEYS, "tracking": TRACKING_KEYS, "tree": TREE_KEYS}
+PREDICTION_KEYS = ("prompts", "tokens")
+GROUP_KEYS = {"data": DATA_KEYS, "tracking": TRACKING_KEYS, "tree": TREE_KEYS, "prediction": PREDICTION_KEYS}
 """Keys of the groups that build no dataclass (those are checked against its fields)."""
 
 PATH_SOURCES = ("hf", "gguf")
@@ -291,6 +292,10 @@ class JobPlan:
     """Times each batch is decoded by the method and by the baseline, interleaved."""
     data_name: str | None = None
     """The prompt set (``prompt_sets.PROMPT_SETS``); None when the job reads no data (generate)."""
+    prediction_prompts: int = 0
+    """Training templates decoded before timing for ``predicted_speedup`` (0: no prediction)."""
+    prediction_tokens: int = 32
+    """New tokens per calibration prompt."""
 
     @property
     def method(self) -> str:
@@ -434,6 +439,11 @@ def validate_cfg(cfg: DictConfig, with_data: bool = True, extra_keys: tuple[str,
     for key in ("baseline", "resume", "warmup"):
         if not isinstance(cfg.get(key, True), bool):
             raise ConfigError(f"{key} must be true or false, got {cfg.get(key)!r}")
+    prediction = cfg.get("prediction") or {}
+    pred_prompts, pred_tokens = prediction.get("prompts", 0), prediction.get("tokens", 32)
+    for key, v, low in (("prompts", pred_prompts, 0), ("tokens", pred_tokens, 1)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < low:
+            raise ConfigError(f"prediction.{key} must be an integer >= {low}, got {v!r}")
     kernels = cfg.get("kernels", "fast")
     if kernels not in KERNEL_CHOICES:
         raise ConfigError(f"kernels must be one of {list(KERNEL_CHOICES)}, got {kernels!r}")
@@ -466,4 +476,5 @@ def validate_cfg(cfg: DictConfig, with_data: bool = True, extra_keys: tuple[str,
         batch_size=batch_size, max_new_tokens=max_new_tokens, seed=seed, baseline=cfg.get("baseline", True),
         warmup=cfg.get("warmup", True), resume=cfg.get("resume", True), device=str(cfg.get("device")),
         experiment_name=cfg.get("experiment_name"), kernels=kernels, repeats=repeats,
+        prediction_prompts=pred_prompts, prediction_tokens=pred_tokens,
     )

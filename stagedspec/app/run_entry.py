@@ -9,7 +9,9 @@ Where a Hydra config, the decoding library and the tracker meet. One job:
 3. load the models (once per process: a multirun's later jobs reuse them), build the
    draft hierarchy (this checks each drafter's tokenizer against the target's); resolve
    ``tree=auto`` (calibrate on prompts that are not evaluated, or read the cache) and log
-   the chosen tree, its source and prediction, all before anything is timed;
+   the chosen tree, its source and prediction; decode a few training templates with the
+   method and the baseline for the out-of-sample ``predicted_speedup``
+   (``evaluation/prediction.py``); all before anything is timed;
 4. decode every prompt turn with the plain autoregressive baseline and with the
    configured method, ``batch_size`` prompts of one category at a time
    (``evaluation.decode_paired``: the two interleaved per batch, ``repeats`` times);
@@ -43,7 +45,6 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from tqdm.contrib.logging import logging_redirect_tqdm
@@ -51,6 +52,8 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from stagedspec.drafters.hierarchy import build_hierarchy
 from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.evaluation.paired import decode_paired, job_metrics
+from stagedspec.evaluation.prediction import predict
+from stagedspec.evaluation.prediction import source as prediction_source
 from stagedspec.models.chat_text import encode, eos_token_ids, ids_to_text
 from stagedspec.models.kernel_calibration import kernel_plan
 from stagedspec.models.model_loading import LoadedModel, load_cached
@@ -149,6 +152,19 @@ def _run_job(
         for dec in (method_dec, ar_dec):
             dec.generate([first], min(4, plan.max_new_tokens))
 
+    prediction: dict[str, float] = {}
+    if plan.prediction_prompts and plan.levels and plan.baseline:  # out of sample: before any timed batch
+        prediction = predict(method_dec, ar_dec, target, prompts=plan.prediction_prompts,
+                             tokens=plan.prediction_tokens, batch_size=plan.batch_size,
+                             max_new_tokens=plan.max_new_tokens, max_prompt=max_prompt, seed=plan.seed)
+        if tracker is not None and prediction:
+            tracker.log(run_id, params={"prediction.source": prediction_source(plan.prediction_prompts,
+                                                                               plan.prediction_tokens)})
+        if prediction:
+            log.info("predicted before timing: %.2fx, %.2f tokens/call (%s)", prediction["predicted_speedup"],
+                     prediction["predicted_tokens_per_call"],
+                     prediction_source(plan.prediction_prompts, plan.prediction_tokens))
+
     with logging_redirect_tqdm():  # method and baseline interleaved batch by batch, `repeats` times each
         run, ar = decode_paired(method_dec, ar_dec if plan.baseline and plan.levels else None, target,
                                 plan.questions, batch_size=plan.batch_size, max_new_tokens=plan.max_new_tokens,
@@ -157,7 +173,7 @@ def _run_job(
         if plan.baseline and not plan.levels:
             ar = run  # the method *is* the baseline: speedup 1 by definition
 
-    metrics = job_metrics(run, ar, plan.sampling.greedy)
+    metrics = job_metrics(run, ar, plan.sampling.greedy, prediction)
     metrics["model_load_s"] = load_s
     if choice is not None:  # the tree's prediction beside what the run measured (tokens_per_call)
         metrics.update(choice.metrics())

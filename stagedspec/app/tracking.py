@@ -40,7 +40,6 @@ from typing import Any
 from omegaconf import DictConfig
 
 from stagedspec.metrics.run_schema import PARENT_TAG, ROLE_TAG
-from .identity import sweep_id
 
 log = logging.getLogger(__name__)
 

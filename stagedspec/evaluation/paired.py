@@ -184,10 +184,13 @@ def _units(run: MethodRun, ar: MethodRun | None, category: str | None = None) ->
     return [list(reps.values()) for _, reps in sorted(out.items())]
 
 
-def job_metrics(run: MethodRun, ar: MethodRun | None, greedy: bool) -> dict[str, float]:
+def job_metrics(run: MethodRun, ar: MethodRun | None, greedy: bool,
+                prediction: dict[str, float] | None = None) -> dict[str, float]:
     """The job's metrics (``metrics/round_stats.py`` defines them) over all its prompts, per category
     (``<metric>/<category>``), with 95% intervals (``<metric>_ci_low``, ``_ci_high``) for
-    every rate and speedup, and the cost model's prediction (``metrics/cost_model.py``)."""
+    every rate and speedup, the cost model's in-sample accounting (``accounted_*``) and,
+    given the out-of-sample ``prediction`` made before timing (``prediction.py``), its
+    error against the measured speedup (``metrics/cost_model.py``)."""
     m = _summary(run)
     m["n_prompts"] = float(len(run.records))
     m["repeats"] = float(max((b.repeat for b in run.batches), default=0) + 1)
@@ -211,7 +214,10 @@ def job_metrics(run: MethodRun, ar: MethodRun | None, greedy: bool) -> dict[str,
         m["ar_tokens_per_s"] = a["tokens_per_s"]
         m["ar_wall_time_s"] = a["wall_time_s"]
         m["speedup"] = m["tokens_per_s"] / a["tokens_per_s"] if a["tokens_per_s"] > 0 else 0.0
-        m |= cost_model.predict(run.results(), a["tokens_per_s"])
+        m |= cost_model.account(run.results(), a["tokens_per_s"])
+        if "accounted_speedup" in m and m["speedup"] > 0:
+            m["accounting_error"] = m["accounted_speedup"] / m["speedup"] - 1.0
+        m |= prediction or {}
         if "predicted_speedup" in m and m["speedup"] > 0:
             m["prediction_error"] = m["predicted_speedup"] / m["speedup"] - 1.0
         if ar is not run:
@@ -229,7 +235,8 @@ def job_metrics(run: MethodRun, ar: MethodRun | None, greedy: bool) -> dict[str,
             same = sum(x["output_ids"] == y["output_ids"] for x, y in zip(run.records, ar.records))
             m["ar_match_rate"] = same / len(run.records)
     else:
-        m |= cost_model.predict(run.results(), None)
+        m |= cost_model.account(run.results(), None)
+        m |= prediction or {}
     return m
 
 

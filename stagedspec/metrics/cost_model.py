@@ -1,6 +1,19 @@
-"""A cost model that predicts a run's speedup from that run's own timings.
+"""Two cost models of a run's speedup: one out of sample (a prediction), one in sample
+(an accounting).
 
-What is measured and what is predicted, so that nothing is read back from the answer:
+``predict_out_of_sample``, logged as ``predicted_*``: before anything is timed, the
+runner decodes a few prompts that are *not* evaluated (the training templates,
+``evaluation/prediction.py``) with the method and with plain decoding; from that
+calibration alone it takes alpha_hat, the draft depths, the mean round time, the
+prefill and plain decoding's time per token, and predicts the job's speedup for
+``max_new_tokens`` tokens per row. Nothing of the evaluated prompts enters it, so its
+error against the measured ``speedup`` (``prediction_error``) says how well a short
+calibration on other text foresees a run: acceptance that differs between the two kinds
+of text shows up there.
+
+``account``, logged as ``accounted_*``: the same formulas fed with the evaluated run's
+own timings and acceptance. Its gap to the measured speedup (``accounting_error``)
+checks the bookkeeping and the i.i.d. model, not foresight:
 
 - measured, times: the mean wall time of a batch round of the method, split into each
   draft level's own forwards (calls per round x seconds per call), drafting outside
@@ -10,16 +23,15 @@ What is measured and what is predicted, so that nothing is read back from the an
   each round offered (k for a chain) — neither depends on what the target accepted;
 - estimated: alpha_hat = accepted / (accepted + rejections), the per-token acceptance of
   an i.i.d. model (``round_stats.py``);
-- predicted: tokens per target call E = mean over rounds of 1 + a + ... + a^depth at
-  a = alpha_hat (``predicted_tokens_per_call``); the rounds a row needs to emit its N
-  tokens, N / E + E[X (X - 1)] / (2 E^2) (X: tokens a round yields under the same model;
-  the second term is the expected overshoot of the last round, which ``max_new_tokens``
-  or EOS cuts: Wald's identity with the stationary excess of an integer renewal); the
-  batch rounds, the sum over batches of the most any of its rows needs; the wall time,
-  prefill + rounds x (mean round time); and so the speedup, (tokens / predicted wall) /
-  (baseline tokens per second).
+- accounted: tokens per target call E = mean over rounds of 1 + a + ... + a^depth at
+  a = alpha_hat; the rounds a row needs to emit its N tokens, N / E + E[X (X - 1)] /
+  (2 E^2) (X: tokens a round yields under the same model; the second term is the
+  expected overshoot of the last round, which ``max_new_tokens`` or EOS cuts: Wald's
+  identity with the stationary excess of an integer renewal); the batch rounds, the sum
+  over batches of the most any of its rows needs; the wall time, prefill + rounds x
+  (mean round time); and so the speedup, (tokens / wall) / (baseline tokens per second).
 
-The measured speedup differs from the prediction exactly where the i.i.d. model does:
+The measured speedup differs from the accounting exactly where the i.i.d. model does:
 acceptance that varies from context to context (copying phases), or rounds cut by
 ``max_new_tokens`` and EOS. Standard library only.
 """
@@ -88,10 +100,10 @@ def round_costs(method: GenerationResult, ar: GenerationResult | None) -> dict[s
     return out
 
 
-def predict(batches: list[GenerationResult], ar_tokens_per_s: float | None) -> dict[str, float]:
-    """``predicted_tokens_per_call``, ``predicted_rounds``, ``predicted_wall_s``,
-    ``predicted_tokens_per_s`` and (given the baseline's measured rate)
-    ``predicted_speedup`` for the method's batches (every repeat)."""
+def account(batches: list[GenerationResult], ar_tokens_per_s: float | None) -> dict[str, float]:
+    """In sample: ``accounted_tokens_per_call``, ``accounted_rounds``, ``accounted_wall_s``,
+    ``accounted_tokens_per_s`` and (given the baseline's measured rate)
+    ``accounted_speedup`` for the method's batches (every repeat), from their own timings."""
     merged = GenerationResult.merge(batches)
     s = merged.summary()
     alpha = s.get("alpha_hat")
@@ -102,11 +114,47 @@ def predict(batches: list[GenerationResult], ar_tokens_per_s: float | None) -> d
                  for b in batches)
     wall = merged.prefill_time + rounds * s["round_s"]
     out = {
-        "predicted_tokens_per_call": E,
-        "predicted_rounds": rounds,
-        "predicted_wall_s": wall,
-        "predicted_tokens_per_s": merged.emitted / wall if wall > 0 else 0.0,
+        "accounted_tokens_per_call": E,
+        "accounted_rounds": rounds,
+        "accounted_wall_s": wall,
+        "accounted_tokens_per_s": merged.emitted / wall if wall > 0 else 0.0,
     }
     if ar_tokens_per_s:
-        out["predicted_speedup"] = out["predicted_tokens_per_s"] / ar_tokens_per_s
+        out["accounted_speedup"] = out["accounted_tokens_per_s"] / ar_tokens_per_s
     return out
+
+
+def predict_out_of_sample(method: list[GenerationResult], ar: list[GenerationResult], tokens: int,
+                          rows: int = 1) -> dict[str, float]:
+    """Out of sample: the speedup of a job that decodes ``tokens`` new tokens per row in
+    batches of ``rows``, from calibration batches alone (``method``'s and plain decoding's,
+    on prompts the job does not evaluate). Per batch, the method takes prefill +
+    R x (round time), R = ``predicted_rounds(tokens, E, E[X (X - 1)])`` with E from the
+    calibration's alpha_hat and draft depths; plain decoding takes prefill + ``tokens`` x
+    (its round time). Returns ``predicted_tokens_per_call``, ``predicted_rounds``,
+    ``predicted_tokens_per_s``, ``predicted_ar_tokens_per_s``, ``predicted_speedup`` and
+    what they rest on (``prediction_alpha_hat``, ``prediction_round_s``,
+    ``prediction_ar_round_s``, ``prediction_calib_tokens``); empty when the calibration
+    saw no draft or no round."""
+    if not method or not ar:
+        return {}
+    m, a = GenerationResult.merge(method), GenerationResult.merge(ar)
+    s, sa = m.summary(), a.summary()
+    alpha = s.get("alpha_hat")
+    if alpha is None or not m.phase_times or not a.phase_times or tokens < 1:
+        return {}
+    E, second = yield_moments(alpha, Counter(r.draft_depth for q in m.sequences for r in q.rounds))
+    rounds = predicted_rounds(tokens, E, second)
+    wall = m.prefill_time / len(method) + rounds * s["round_s"]
+    ar_wall = a.prefill_time / len(ar) + tokens * sa["round_s"]
+    return {
+        "predicted_tokens_per_call": E,
+        "predicted_rounds": rounds,
+        "predicted_tokens_per_s": rows * tokens / wall,
+        "predicted_ar_tokens_per_s": rows * tokens / ar_wall,
+        "predicted_speedup": ar_wall / wall,
+        "prediction_alpha_hat": alpha,
+        "prediction_round_s": s["round_s"],
+        "prediction_ar_round_s": sa["round_s"],
+        "prediction_calib_tokens": float(m.emitted),
+    }

@@ -25,9 +25,10 @@ Ours, each named for what it is:
   rejection); a round that ran out of draft ends without a test. accepted / drafted is
   *not* alpha: it is alpha (1 - alpha^k) / (k (1 - alpha)) for a chain of k, so a theory
   fed with it falls with k by construction;
-- ``predicted_tokens_per_call``: 1 + alpha_hat + ... + alpha_hat^d averaged over the
+- ``iid_tokens_per_call``: 1 + alpha_hat + ... + alpha_hat^d averaged over the
   rounds, d the depth of each round's draft (k for a chain): what the i.i.d. model
-  predicts for the mean acceptance length, from alpha_hat and the draft shapes only;
+  gives for the mean acceptance length, from this run's alpha_hat and draft shapes (in
+  sample; ``predicted_*`` are reserved for the out-of-sample ``cost_model`` prediction);
 - ``draft_calls/<level>``: the level's forwards over the whole batch (a batch of look-ups
   for a model-free level), counted once per batch round, never once per row;
   ``draft_call_s/<level>``: seconds per such call; ``target_call_s``: seconds per target
@@ -279,7 +280,7 @@ def summarize(sequences: list[SequenceResult]) -> dict[str, float]:
         alpha = depth / (depth + rejections)
         out["alpha_hat"] = alpha
         out["rejections"] = float(rejections)
-        out["predicted_tokens_per_call"] = sum(n * geometric_tokens(alpha, d) for d, n in depths.items()) / rounds
+        out["iid_tokens_per_call"] = sum(n * geometric_tokens(alpha, d) for d, n in depths.items()) / rounds
     for i, (n_reached, n_acc) in enumerate(zip(reached, acc_pos)):
         out[f"position_acceptance/{i + 1}"] = n_acc / n_reached if n_reached else 0.0
     total_prov = sum(prov.values())

@@ -11,7 +11,6 @@ anything, so a whole experiment can be rejected before the first 20-second load.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import logging
 import os

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from stagedspec.engine.tree import AutoShape, StaticShape, TreeShape, chain
+from stagedspec.engine.tree import AutoShape, StaticShape, TreeShape
 
 SMOOTHING = 8.0
 """Pseudo-counts pulling a depth's acceptance towards the all-depth rate of the same rank:

@@ -39,7 +39,7 @@ from tqdm import tqdm
 
 from stagedspec import __version__
 from stagedspec.drafters.ngram_lm import write_corpus
-from stagedspec.models.chat_text import encode, eos_token_ids
+from stagedspec.models.chat_text import eos_token_ids
 from stagedspec.models.draft_files import DESIGNS, DraftModel, build_draft, draft_size, save_draft
 from stagedspec.models.model_loading import LoadedModel
 from .corpus import CorpusSpec, build_corpus, corpus_dir, coverage, target_features, vocab_subset
@@ -350,7 +350,7 @@ def distill(
     paths = {"ngram": out_dir / "ngram.safetensors"}
     stream = [t for a in answers for t in (a if a and a[-1] in eos else a + eos[:1])]
     write_corpus(paths["ngram"], stream, target.vocab_size, source=f"{target.name} answers to training prompts")
-    seqs, starts = [r["ids"] for r in train], [r["start"] for r in train]
+    seqs = [r["ids"] for r in train]
     held_seqs, held_starts = [r["ids"] for r in held], [r["start"] for r in held]
     for design, n_layers in plan.designs.items():
         torch.manual_seed(plan.train.seed)
