@@ -179,6 +179,9 @@ class ModelLevel(_TreeLevel):
     head: Any = None
     """An int N: an LM head of the N token ids most frequent in Python code (FR-Spec,
     ``drafters/pruned_head.py``); None: the model's full head."""
+    stop_below: float = 0.0
+    """End the draft after a pick the model gives less than this probability (its
+    softmax when greedy, q when sampling); k is then a cap. 0: always draft k."""
 
     def spec(self) -> ModelSpec:
         return self.model if isinstance(self.model, ModelSpec) else ModelSpec(**dict(self.model))
@@ -190,6 +193,10 @@ class ModelLevel(_TreeLevel):
         if self.head is not None and (not isinstance(self.head, int) or isinstance(self.head, bool) or self.head < 1):
             raise ValueError(f"level {self.name!r}: head must be a number of tokens >= 1 (a pruned LM head) "
                              f"or null (the full head), got {self.head!r}")
+        s = self.stop_below
+        if isinstance(s, bool) or not isinstance(s, (int, float)) or not 0.0 <= s < 1.0:
+            raise ValueError(f"level {self.name!r}: stop_below must be a probability in [0, 1) (0: never stop "
+                             f"early), got {s!r}")
 
     def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
         spec = self.spec()
@@ -201,7 +208,8 @@ class ModelLevel(_TreeLevel):
         model = small.model
         if self.head is not None:
             model = pruned_copy(model, head_subset(small, self.head))
-        return ModelDrafter(model, k=self.k, lower=lower, tree=self.shape, name=self.name)
+        return ModelDrafter(model, k=self.k, lower=lower, tree=self.shape, name=self.name,
+                            stop_below=float(self.stop_below))
 
 
 @dataclass

@@ -24,18 +24,21 @@ from stagedspec.engine.kv_cache import KVModel
 from stagedspec.engine.sampling import probabilities
 from stagedspec.engine.tree import DraftTree, DynamicShape, StaticShape, TreeShapeT, chain
 from stagedspec.engine.verification import verify_tree, verify_tree_greedy
-from .tree_growth import NodeDist, grow_trees
+from .tree_growth import NodeDist, confident, grow_trees
 
 
 class ModelDrafter(Drafter):
     def __init__(self, model: torch.nn.Module, k: int = 4, lower: Drafter | None = None,
-                 tree: TreeShapeT = None, name: str = "small") -> None:
+                 tree: TreeShapeT = None, name: str = "small", stop_below: float = 0.0) -> None:
         # a trained draft's head covers a vocabulary subset (models/draft_files.py)
         vocab_map = getattr(model, "vocab_map", None)
         meta = getattr(model, "meta", None)
         self.kv = KVModel(model, name=name, vocab_map=vocab_map,
                           vocab_size=meta.vocab_size if vocab_map is not None else None)
         self.k, self.lower, self.tree, self.name = k, lower, tree, name
+        self.stop_below = stop_below
+        """The draft ends after a pick this model gives less than this probability (0: it
+        always drafts its full shape): k becomes a cap, and an unsure draft stops early."""
         self.vocab_size = self.kv.vocab_size
 
     def setup(self, sampling, generator, plan=HF_PLAN) -> None:
@@ -109,7 +112,7 @@ class ModelDrafter(Drafter):
                 cursor[b] += 1
             return out
 
-        return grow_trees(self.tree, self.k, roots, expand, self.sampling, self.generator, self.name)
+        return grow_trees(self.tree, self.k, roots, expand, self.sampling, self.generator, self.name, self.stop_below)
 
     def _spine_length(self) -> int:
         shape = chain(self.k) if self.tree is None else self.tree
@@ -139,9 +142,10 @@ class ModelDrafter(Drafter):
         root_slot: list[int] = [-1] * B
         drafted: list[dict[str, int]] = [{} for _ in range(B)]
         accepted: list[dict[str, int]] = [{} for _ in range(B)]
+        stopped = [False] * B  # a pick this model was unsure of ended the row's spine (stop_below)
         first = True
-        while first or any(len(s) < m for s in spine):
-            need = [True] * B if first else [len(s) < m for s in spine]
+        while first or any(len(s) < m and not stopped[b] for b, s in enumerate(spine)):
+            need = [True] * B if first else [len(s) < m and not stopped[b] for b, s in enumerate(spine)]
             drafts = lower.propose([contexts[b] + spine[b] for b in range(B)])
             P = kv.n_pending
             toks, pars, want = [], [], []
@@ -177,7 +181,7 @@ class ModelDrafter(Drafter):
                 rows = [0] + [i + 1 for i in path]
                 slots = [root] + [root + 1 + i for i in path]
                 origins = [d.origin[i] for i in path] + [self.name]
-                kept = min(len(path), m - len(spine[b]))  # the lower's tokens offered upward: within the spine
+                appended = 0
                 for j, (x, o) in enumerate(zip(tokens, origins)):
                     if len(spine[b]) <= m:  # also what follows the spine's last token, when known
                         known[b].append(NodeDist(lg[rows[j]], None if p is None else p[rows[j]], pick=x))
@@ -186,6 +190,11 @@ class ModelDrafter(Drafter):
                     spine[b].append(x)
                     origin[b].append(o)
                     spine_slot[b].append(slots[j + 1] if j < len(path) else None)
+                    appended += 1
+                    if not confident(known[b][-1], x, self.stop_below):  # grow_trees stops at the same pick
+                        stopped[b] = True
+                        break
+                kept = min(len(path), appended)  # the lower's tokens offered upward: within the spine
                 unfed[b] = [tok]
                 last_slot[b] = slots[-1]
                 _merge(drafted[b], {lower.name: len(d)}, d.drafted)
@@ -248,7 +257,8 @@ class ModelDrafter(Drafter):
             return out
 
         roots = [known[b][0] for b in range(B)]  # the first inner round ran for every row
-        trees = grow_trees(self.tree, self.k, roots, expand, self.sampling, self.generator, self.name)
+        trees = grow_trees(self.tree, self.k, roots, expand, self.sampling, self.generator, self.name,
+                           self.stop_below)
         for b, tree in enumerate(trees):
             for n in range(len(tree)):
                 i = spine_index(b, tree, n)

@@ -43,7 +43,23 @@ class NodeDist:
         return [NodeDist(raw=r, q=q) for r, q in zip(raw, probabilities(raw, sampling))]
 
 
-Expand = Callable[[list[tuple[int, int]], list[DraftTree]], list[NodeDist]]
+def pick_probability(dist: NodeDist, token: int) -> float:
+    """The draft's probability of ``token`` after a node: q when sampling, the softmax of
+    its raw scores when greedy (how sure it is of its argmax)."""
+    if dist.q is not None:
+        return float(dist.q[token])
+    return float(torch.softmax(dist.raw, -1)[token])
+
+
+def confident(dist: NodeDist, token: int, stop_below: float) -> bool:
+    """Whether the draft goes on after offering ``token`` as its pick: its probability is
+    at least ``stop_below`` (0: always). A stopping rule that reads only the draft's own
+    distributions keeps verification exact (the draft's length is a function of what it
+    drew, like any draft's tokens)."""
+    return stop_below <= 0.0 or pick_probability(dist, token) >= stop_below
+
+
+Expand = Callable[[list[tuple[int, int]], list[DraftTree]], list[NodeDist | None]]
 """Given (row, node) pairs of freshly added nodes, return what the drafter knows after each."""
 
 
@@ -89,9 +105,12 @@ def grow_trees(
     sampling: SamplingConfig,
     gen: torch.Generator | None,
     origin: str,
+    stop_below: float = 0.0,
 ) -> list[DraftTree]:
     """Grow one tree per row from what the drafter knows at each root (None = no draft for
-    that row); ``expand`` is called once per depth with every row's new nodes."""
+    that row); ``expand`` is called once per depth with every row's new nodes (and may
+    answer None for a node: it gets no children). ``stop_below``: a rank-0 pick the draft
+    gives less than this probability is offered but not expanded (static shapes)."""
     trees = [DraftTree() for _ in roots]
     if isinstance(shape, DynamicShape):
         _grow_dynamic(shape, trees, roots, expand, origin)
@@ -110,12 +129,13 @@ def grow_trees(
             if not ranks:
                 continue
             for r, tok, qq in _candidates(dist, ranks, sampling, gen):
-                added.append((b, trees[b].add(tok, node, qq, origin, r), path + (r,)))
-        expandable = [(b, n, p) for b, n, p in added if d < depth and p in kids]
+                go_on = r > 0 or confident(dist, tok, stop_below)
+                added.append((b, trees[b].add(tok, node, qq, origin, r), path + (r,), go_on))
+        expandable = [(b, n, p) for b, n, p, go_on in added if go_on and d < depth and p in kids]
         if not expandable:
             break
         dists = expand([(b, n) for b, n, _ in expandable], trees)
-        frontier = [(b, n, p, x) for (b, n, p), x in zip(expandable, dists)]
+        frontier = [(b, n, p, x) for (b, n, p), x in zip(expandable, dists) if x is not None]
     return trees
 
 

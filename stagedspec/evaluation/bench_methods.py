@@ -87,7 +87,9 @@ def parse_ours(spec: str) -> dict[str, list[tuple[str, list[int]]]]:
     first joined by '>', each level ``kind:k[:min_match]``: ``lookup:k`` prompt lookup,
     ``ngram:k`` the Katz n-gram over the context, ``small:k`` the packaged draft model,
     ``fr:k`` the same with a 32,768-token frequency-pruned head (``drafters/pruned_head.py``),
-    ``copy:k:min_match`` the bypass level; ``ar`` is plain decoding. Name -> levels."""
+    ``small:k:P`` / ``fr:k:P`` a draft that stops after a pick it gives less than P percent
+    (``stop_below`` = P / 100, k the cap), ``copy:k:min_match`` the bypass level; ``ar`` is
+    plain decoding. Name -> levels."""
     out = {}
     for item in (x.strip() for x in spec.split(",")):
         if not item:
@@ -99,9 +101,11 @@ def parse_ours(spec: str) -> dict[str, list[tuple[str, list[int]]]]:
         for part in item.split(">"):
             kind, *nums = part.split(":")
             if kind not in LEVEL_KINDS or not nums or not all(n.isdigit() and int(n) > 0 for n in nums) \
-                    or len(nums) > (2 if kind == "copy" else 1):
-                raise SystemExit(f"--ours: bad level {part!r} in {item!r}; valid: ar, lookup:K, ngram:K, small:K, fr:K, "
-                                 f"copy:K[:MIN_MATCH], joined by '>' lowest first (e.g. ngram:4>small:8>copy:24:8)")
+                    or len(nums) > (2 if kind in ("copy", "small", "fr") else 1) \
+                    or (kind in ("small", "fr") and len(nums) > 1 and int(nums[1]) >= 100):
+                raise SystemExit(f"--ours: bad level {part!r} in {item!r}; valid: ar, lookup:K, ngram:K, "
+                                 f"small:K[:STOP_PERCENT], fr:K[:STOP_PERCENT] (1-99), copy:K[:MIN_MATCH], joined "
+                                 f"by '>' lowest first (e.g. ngram:4>small:8>copy:24:8, ngram:4>small:16:40)")
             levels.append((kind, [int(n) for n in nums]))
         out[item] = levels
     return out
@@ -123,7 +127,8 @@ def pair_methods(target, small, spec: str) -> dict:
                 elif kind == "ngram":
                     d = KatzNgramDrafter(V, k=nums[0], name="ngram")
                 elif kind in ("small", "fr"):
-                    d = ModelDrafter(small.model if kind == "small" else fr_model, k=nums[0], lower=d, name="small")
+                    d = ModelDrafter(small.model if kind == "small" else fr_model, k=nums[0], lower=d, name="small",
+                                     stop_below=nums[1] / 100 if len(nums) > 1 else 0.0)
                 else:
                     d = BypassDrafter(d, k=nums[0], min_match=nums[1] if len(nums) > 1 else 1, name="copy")
             return d

@@ -1,0 +1,97 @@
+"""A draft that stops when it is unsure (``stop_below``): k becomes a cap, and a model
+level ends its draft after the first pick it gives less than ``stop_below`` probability.
+The rule reads only the draft's own distributions, so verification stays exact: greedy
+equals HF token for token, sampling passes the chi-square test, plain and staged."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from stagedspec.drafters import KatzNgramDrafter, ModelDrafter
+from stagedspec.engine.decoding import SpeculativeDecoder
+from stagedspec.engine.sampling import SamplingConfig
+from stagedspec.engine.tree import TreeShape
+from stagedspec.models.model_loading import truncated_copy
+from .helpers import tiny_target
+from .test_drafts import _peaked, draw_positions_3_4, exact_positions_3_4
+from .test_greedy_exact import N_NEW, _prompts, _reference
+from .test_sampling_exact import chi2, chi2_critical
+
+K = 6
+
+
+def _small():
+    return truncated_copy(tiny_target(), 1).model
+
+
+def _median_pick_probability(model, prompts) -> float:
+    """A threshold that splits the small model's greedy picks in half on these prompts."""
+    with torch.no_grad():
+        tops = [torch.softmax(model(torch.tensor([p])).logits[0].float(), -1).max(-1).values for p in prompts]
+    return float(torch.cat(tops).median())
+
+
+def _expected_depth(model, context: list[int], k: int, stop_below: float) -> int:
+    """By hand: the small model's greedy chain from ``context``; the draft ends after the
+    first pick whose softmax probability is below the threshold, or at k."""
+    ctx = list(context)
+    with torch.no_grad():
+        for i in range(1, k + 1):
+            p = torch.softmax(model(torch.tensor([ctx])).logits[0, -1].float(), -1)
+            if float(p.max()) < stop_below:
+                return i
+            ctx.append(int(p.argmax()))
+    return k
+
+
+@pytest.mark.parametrize("staged", [False, True], ids=["small", "ngram>small"])
+def test_greedy_stop_below_equals_hf_and_stops_where_the_rule_says(staged):
+    target, small = tiny_target(), _small()
+    prompts = _prompts(3)
+    tau = _median_pick_probability(small, prompts)
+    drafter = ModelDrafter(small, k=K, stop_below=tau,
+                           lower=KatzNgramDrafter(target.vocab_size, k=2) if staged else None)
+    res = SpeculativeDecoder(target.model, drafter, SamplingConfig()).generate(prompts, N_NEW)
+    assert [s.output_ids for s in res.sequences] == [list(r) for r in _reference(3)]
+    depths = []
+    for prompt, seq in zip(prompts, res.sequences):
+        done = 0
+        for r in seq.rounds:
+            assert r.draft_depth == _expected_depth(small, prompt + seq.output_ids[:done], K, tau)
+            depths.append(r.draft_depth)
+            done += r.emitted
+    assert min(depths) < K and max(depths) > 1  # the threshold both stopped drafts and let some run on
+
+
+def test_stop_below_zero_drafts_the_full_chain():
+    target, small = tiny_target(), _small()
+    res = SpeculativeDecoder(target.model, ModelDrafter(small, k=K), SamplingConfig()).generate(_prompts(3), N_NEW)
+    assert all(r.draft_depth == K for s in res.sequences for r in s.rounds[:-1])
+
+
+@pytest.mark.parametrize("factory,cfg", [
+    (lambda: ModelDrafter(_peaked()[2], k=3, stop_below=0.6), SamplingConfig(temperature=1.0, seed=31)),
+    (lambda: ModelDrafter(_peaked()[2], k=3, stop_below=0.6, lower=KatzNgramDrafter(8, k=2, order=2)),
+     SamplingConfig(temperature=1.0, seed=32)),
+    (lambda: ModelDrafter(_peaked()[2], stop_below=0.6, tree=TreeShape.parse({"widths": [2, 2, 1]})),
+     SamplingConfig(temperature=0.7, seed=33)),
+], ids=["small", "ngram>small", "small-tree-t0.7"])
+def test_stop_below_samples_the_target_at_positions_3_and_4(factory, cfg):
+    """Chi-square (N = 6000, alpha = 1e-4) of the joint of the 3rd and 4th tokens, drafts
+    of up to 3 tokens cut by the threshold (checked to cut some and not all)."""
+    target = _peaked()[0]
+    probe = SpeculativeDecoder(target.model, factory(), SamplingConfig(temperature=cfg.temperature, seed=cfg.seed))
+    depths = {r.draft_depth for s in probe.generate([[1, 5, 2, 5, 2]] * 200, 4).sequences for r in s.rounds}
+    assert min(depths) < 3 and 3 in depths, depths
+    stat, df = chi2(draw_positions_3_4(factory, cfg, 6000), exact_positions_3_4(cfg))
+    assert stat < chi2_critical(df), f"chi2={stat:.1f} df={df} crit={chi2_critical(df):.1f}"
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.0, 1.5, True, "x"])
+def test_bad_stop_below_is_refused_naming_the_value(bad):
+    from stagedspec.drafters.hierarchy import ModelLevel
+    from stagedspec.models.model_loading import ModelSpec
+
+    with pytest.raises(ValueError, match=rf"stop_below must be a probability in \[0, 1\).*{bad!r}"):
+        ModelLevel(model=ModelSpec(source="tiny"), stop_below=bad).validate()
