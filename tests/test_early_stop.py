@@ -84,7 +84,8 @@ def test_stop_below_samples_the_target_at_positions_3_and_4(factory, cfg):
     probe = SpeculativeDecoder(target.model, factory(), SamplingConfig(temperature=cfg.temperature, seed=cfg.seed))
     depths = {r.draft_depth for s in probe.generate([[1, 5, 2, 5, 2]] * 200, 4).sequences for r in s.rounds}
     assert min(depths) < 3 and 3 in depths, depths
-    stat, df = chi2(draw_positions_3_4(factory, cfg, 6000), exact_positions_3_4(cfg))
+    # batches of 200: the decoder's per-round work grows faster than linearly in the batch
+    stat, df = chi2(draw_positions_3_4(factory, cfg, 6000, batch=200), exact_positions_3_4(cfg))
     assert stat < chi2_critical(df), f"chi2={stat:.1f} df={df} crit={chi2_critical(df):.1f}"
 
 
