@@ -100,6 +100,12 @@ def round_costs(method: GenerationResult, ar: GenerationResult | None) -> dict[s
     return out
 
 
+def _round_yield(merged: GenerationResult, alpha: float) -> tuple[float, float]:
+    """E[X] and E[X (X - 1)] of a round's yield at per-token acceptance ``alpha``, over
+    the draft depths ``merged``'s rounds offered."""
+    return yield_moments(alpha, Counter(r.draft_depth for q in merged.sequences for r in q.rounds))
+
+
 def account(batches: list[GenerationResult], ar_tokens_per_s: float | None) -> dict[str, float]:
     """In sample: ``accounted_tokens_per_call``, ``accounted_rounds``, ``accounted_wall_s``,
     ``accounted_tokens_per_s`` and (given the baseline's measured rate)
@@ -109,7 +115,7 @@ def account(batches: list[GenerationResult], ar_tokens_per_s: float | None) -> d
     alpha = s.get("alpha_hat")
     if alpha is None or not merged.phase_times:
         return {}
-    E, second = yield_moments(alpha, Counter(r.draft_depth for q in merged.sequences for r in q.rounds))
+    E, second = _round_yield(merged, alpha)
     rounds = sum(max((predicted_rounds(len(q.output_ids), E, second) for q in b.sequences), default=0.0)
                  for b in batches)
     wall = merged.prefill_time + rounds * s["round_s"]
@@ -143,7 +149,7 @@ def predict_out_of_sample(method: list[GenerationResult], ar: list[GenerationRes
     alpha = s.get("alpha_hat")
     if alpha is None or not m.phase_times or not a.phase_times or tokens < 1:
         return {}
-    E, second = yield_moments(alpha, Counter(r.draft_depth for q in m.sequences for r in q.rounds))
+    E, second = _round_yield(m, alpha)
     rounds = predicted_rounds(tokens, E, second)
     wall = m.prefill_time / len(method) + rounds * s["round_s"]
     ar_wall = a.prefill_time / len(ar) + tokens * sa["round_s"]
