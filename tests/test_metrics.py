@@ -266,26 +266,33 @@ def test_job_metrics_pool_repeats_and_carry_intervals():
 
 
 def test_out_of_sample_prediction_by_hand():
-    """Calibration: one method batch (rounds accepting 1, 1, 0, 2 of a chain of 3, each
-    then rejected: alpha_hat 0.5, E = 1.875, E[X (X - 1)] = 2.75; 0.1 s a round, 0.2 s
-    prefill) and two plain batches (0.05 s a round, prefill 0.1 and 0.3 s). A job of 16
-    tokens per row: the method needs 16 / 1.875 + 2.75 / (2 * 1.875^2) = 8.925 rounds,
-    0.2 + 0.8925 = 1.0925 s a batch; plain decoding 0.2 + 16 * 0.05 = 1.0 s."""
+    """Calibration: one method batch (rounds emitting 2, 2, 1, 3 tokens: accepted 1, 1, 0,
+    2 of a chain of 3, each then rejected; 0.1 s a round, 0.2 s prefill) and two plain
+    batches (0.05 s a round, prefill 0.1 and 0.3 s). The yields are the rounds' own but
+    the last (which the token budget may cut): 2, 2, 1, so E = 5/3 and E[X (X - 1)] =
+    (2 + 2 + 0) / 3 = 4/3 (the i.i.d. model at alpha_hat 0.5 would say E = 1.875). A job
+    of 16 tokens per row: the method needs 16 / (5/3) + (4/3) / (2 (5/3)^2) = 9.6 + 0.24
+    = 9.84 rounds, 0.2 + 0.984 = 1.184 s a batch; plain decoding 0.2 + 16 * 0.05 = 1.0 s."""
     b = _batch([(1, True, 2), (1, True, 2), (0, True, 1), (2, True, 3)], wall=0.6, prefill=0.2, round_s=0.1)
 
     def plain(prefill):
         return GenerationResult([SequenceResult(prompt_ids=[1])], [PhaseTimes(verify=0.05, rows=1, width=1)] * 6,
                                 target_calls=6, prefill_time=prefill, wall_time=prefill + 0.3)
 
+    assert cost_model.empirical_yield(b) == pytest.approx((5 / 3, 4 / 3))
     p = cost_model.predict_out_of_sample([b], [plain(0.1), plain(0.3)], tokens=16, rows=2)
-    rounds = 16 / 1.875 + 2.75 / (2 * 1.875 ** 2)
-    assert rounds == pytest.approx(8.9244, abs=1e-4)
-    assert p["predicted_tokens_per_call"] == pytest.approx(1.875) and p["predicted_rounds"] == pytest.approx(rounds)
-    assert p["predicted_speedup"] == pytest.approx(1.0 / (0.2 + 0.1 * rounds))  # 0.9155
-    assert p["predicted_tokens_per_s"] == pytest.approx(2 * 16 / (0.2 + 0.1 * rounds))
+    assert p["predicted_tokens_per_call"] == pytest.approx(5 / 3) and p["predicted_rounds"] == pytest.approx(9.84)
+    assert p["prediction_iid_tokens_per_call"] == pytest.approx(1.875)
+    assert p["predicted_speedup"] == pytest.approx(1.0 / 1.184)  # 0.8446
+    assert p["predicted_tokens_per_s"] == pytest.approx(2 * 16 / 1.184)
     assert p["predicted_ar_tokens_per_s"] == pytest.approx(2 * 16 / 1.0)
     assert p["prediction_alpha_hat"] == 0.5 and p["prediction_ar_round_s"] == pytest.approx(0.05)
     assert cost_model.predict_out_of_sample([b], [], tokens=16) == {}  # no baseline calibration: nothing
+    # one round per sequence leaves no uncut yield: the i.i.d. model at alpha_hat stands in
+    one = _batch([(1, True, 2)], wall=0.3, prefill=0.2, round_s=0.1)
+    assert cost_model.empirical_yield(one) is None
+    q = cost_model.predict_out_of_sample([one], [plain(0.1)], tokens=16)
+    assert q["predicted_tokens_per_call"] == pytest.approx(cost_model.yield_moments(0.5, {3: 1})[0])
 
 
 @pytest.mark.parametrize("bad", ["0", "-1", "1.5", "true", "x"])

@@ -281,7 +281,7 @@ def test_tree_auto_on_a_missing_questions_file_is_refused_before_loading(tmp_pat
 
 def test_predicted_speedup_comes_from_prompts_that_are_not_evaluated(tmp_path, questions):
     """Two jobs on different questions: the out-of-sample prediction (made before timing
-    on training templates) gives the same tokens per call and alpha_hat for both (greedy
+    on the training templates) gives the same tokens per call and alpha_hat for both (greedy
     decoding is deterministic), while the in-sample accounting follows each job's own
     prompts; prediction.prompts=0 turns the prediction off."""
     from hydra import compose, initialize_config_dir
@@ -296,7 +296,7 @@ def test_predicted_speedup_comes_from_prompts_that_are_not_evaluated(tmp_path, q
         def job(path, *extra):
             cfg = compose("config", overrides=["experiment=tiny", "data=spec_bench", f"data.path={path}",
                                                 f"tracking.uri={uri}", "max_new_tokens=10", "prediction.prompts=2",
-                                                "prediction.tokens=16", *extra])
+                                                "prediction.tokens=16", "prediction.source=training", *extra])
             return run.execute(cfg, out_dir=tmp_path / path.stem)
 
         a, b = job(questions), job(other)
@@ -307,5 +307,52 @@ def test_predicted_speedup_comes_from_prompts_that_are_not_evaluated(tmp_path, q
     assert a["prediction_calib_tokens"] == 2 * 16  # two calibration prompts of 16 tokens (no EOS in tiny)
     assert a["prediction_error"] == pytest.approx(a["predicted_speedup"] / a["speedup"] - 1)
     assert not any(k.startswith(("predicted_", "prediction_")) for k in off)
-    sources = {r.data.params.get("prediction.source") for r in runs(tmp_path)}
+    sources = {r.data.params.get("prediction.calibration") for r in runs(tmp_path)}
     assert sources == {"training templates, 2 prompts x 16 tokens, before timing", None}
+
+
+def test_heldout_prediction_calibrates_on_questions_of_the_set_that_are_not_evaluated(tmp_path, monkeypatch):
+    """prediction.source=heldout (the default): the job evaluates question 1 (coding);
+    the calibration decodes the first turns of the other coding questions (2 and 3,
+    never 1, never the writing one), encoded as the evaluation encodes them; a job that
+    evaluates its whole set falls back to the training templates and its source says so."""
+    from hydra import compose, initialize_config_dir
+
+    from stagedspec.app import run_entry as run
+    from stagedspec.app.plan import CONF_DIR
+    from stagedspec.evaluation import prediction
+    from stagedspec.models.chat_text import encode
+
+    qs = tmp_path / "q.jsonl"
+    rows = [(1, "coding", "Write fib."), (2, "coding", "Write gcd in C."), (4, "writing", "A poem."),
+            (3, "coding", "Sort a list."), (5, "writing", "A letter.")]
+    qs.write_text("".join(json.dumps({"question_id": i, "category": c, "turns": [t, "More."]}) + "\n"
+                          for i, c, t in rows))
+    seen = []
+    real = prediction.calibration_ids
+
+    def spy(target, *args, **kw):
+        ids, where = real(target, *args, **kw)
+        seen.append((target, ids, where))
+        return ids, where
+
+    monkeypatch.setattr(run, "calibration_ids", spy)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        def job(name, *extra):
+            cfg = compose("config", overrides=["experiment=tiny", "data=spec_bench", f"data.path={qs}",
+                                                f"tracking.uri={uri}", "max_new_tokens=6", "prediction.prompts=2",
+                                                "prediction.tokens=8", *extra])
+            return run.execute(cfg, out_dir=tmp_path / name)
+
+        one = job("one", "data.limit=1")
+        every = job("every", "data.limit=null")
+    assert one["prediction_calib_tokens"] == 2 * 8 and "predicted_speedup" in every
+    (target, ids, where), (_, _, where_every) = seen
+    assert where in (f"heldout: first turns of spec_bench questions {a}, {b} (not evaluated), 8 tokens, before timing"
+                     for a, b in ((2, 3), (3, 2))), where
+    assert {tuple(p) for p in ids} == {tuple(encode(target, t, [])) for i, c, t in rows if i in (2, 3)}
+    assert where_every == ("training templates (heldout: every question of spec_bench is evaluated), "
+                           "2 prompts x 8 tokens, before timing")
+    logged = {r.data.params.get("prediction.calibration") for r in runs(tmp_path)}
+    assert logged == {where, where_every}

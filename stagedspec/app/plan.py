@@ -17,7 +17,7 @@ import dataclasses
 import difflib
 import importlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +52,8 @@ Hydra's, and an entry point may allow more (``prompt`` for generate)."""
 DATA_KEYS = ("name", "path", "categories", "per_category", "limit", "max_turns")
 TRACKING_KEYS = ("uri", "artifact_location", "system_metrics")
 TREE_KEYS = ("shape",)
-PREDICTION_KEYS = ("prompts", "tokens")
+PREDICTION_KEYS = ("prompts", "tokens", "source")
+PREDICTION_SOURCES = ("heldout", "training")
 GROUP_KEYS = {"data": DATA_KEYS, "tracking": TRACKING_KEYS, "tree": TREE_KEYS, "prediction": PREDICTION_KEYS}
 """Keys of the groups that build no dataclass (those are checked against its fields)."""
 
@@ -293,9 +294,16 @@ class JobPlan:
     data_name: str | None = None
     """The prompt set (``prompt_sets.PROMPT_SETS``); None when the job reads no data (generate)."""
     prediction_prompts: int = 0
-    """Training templates decoded before timing for ``predicted_speedup`` (0: no prediction)."""
+    """Prompts decoded before timing for ``predicted_speedup`` (0: no prediction)."""
     prediction_tokens: int = 32
     """New tokens per calibration prompt."""
+    prediction_source: str = "heldout"
+    """Where the calibration prompts come from: "heldout" (first turns of questions of the
+    same prompt set and categories that the job does not evaluate, ``heldout_questions``)
+    or "training" (the training templates)."""
+    heldout_questions: list[Any] = field(default_factory=list)
+    """The prompt set's questions the job does not evaluate (same categories when any is
+    left there), for ``prediction_source`` "heldout"."""
 
     @property
     def method(self) -> str:
@@ -392,6 +400,19 @@ def _load_data(cfg: DictConfig) -> tuple[Path, list[Any], str]:
     return path, questions, name
 
 
+def _heldout(cfg: DictConfig, evaluated: list[Any], name: str) -> list[Any]:
+    """The questions of the job's prompt set (its ``data.categories`` filter only) that
+    the job does not evaluate; those of the evaluated questions' categories when that
+    leaves any; empty when the job evaluates the whole set (the prediction then
+    calibrates on the training templates and its logged source says why)."""
+    d = plain(cfg.get("data")) or {}
+    pool = prompt_sets.load_prompt_set(name, d.get("path"), categories=d.get("categories"))
+    ids = {q.question_id for q in evaluated}
+    pool = [q for q in pool if q.question_id not in ids]
+    cats = {q.category for q in evaluated}
+    return [q for q in pool if q.category in cats] or pool
+
+
 def _check_spec_fields(spec: Any, where: str) -> None:
     """A ``path`` its source never reads, refused (see ``PATH_SOURCES``)."""
     if spec.path is not None and spec.source in SOURCES and spec.source not in PATH_SOURCES:
@@ -441,9 +462,12 @@ def validate_cfg(cfg: DictConfig, with_data: bool = True, extra_keys: tuple[str,
             raise ConfigError(f"{key} must be true or false, got {cfg.get(key)!r}")
     prediction = cfg.get("prediction") or {}
     pred_prompts, pred_tokens = prediction.get("prompts", 0), prediction.get("tokens", 32)
+    pred_source = prediction.get("source", "heldout")
     for key, v, low in (("prompts", pred_prompts, 0), ("tokens", pred_tokens, 1)):
         if not isinstance(v, int) or isinstance(v, bool) or v < low:
             raise ConfigError(f"prediction.{key} must be an integer >= {low}, got {v!r}")
+    if pred_source not in PREDICTION_SOURCES:
+        raise ConfigError(f"prediction.source must be one of {list(PREDICTION_SOURCES)}, got {pred_source!r}")
     kernels = cfg.get("kernels", "fast")
     if kernels not in KERNEL_CHOICES:
         raise ConfigError(f"kernels must be one of {list(KERNEL_CHOICES)}, got {kernels!r}")
@@ -471,10 +495,14 @@ def validate_cfg(cfg: DictConfig, with_data: bool = True, extra_keys: tuple[str,
         raise ConfigError(f"levels: {e}") from e
     _check_vocab_sizes(target, levels)
     path, questions, data_name = _load_data(cfg) if with_data else (None, [], None)
+    heldout: list[Any] = []
+    if with_data and pred_prompts and pred_source == "heldout" and levels and cfg.get("baseline", True):
+        heldout = _heldout(cfg, questions, data_name)
     return JobPlan(
         target=target, levels=levels, sampling=sampling, questions=questions, data_path=path, data_name=data_name,
         batch_size=batch_size, max_new_tokens=max_new_tokens, seed=seed, baseline=cfg.get("baseline", True),
         warmup=cfg.get("warmup", True), resume=cfg.get("resume", True), device=str(cfg.get("device")),
         experiment_name=cfg.get("experiment_name"), kernels=kernels, repeats=repeats,
-        prediction_prompts=pred_prompts, prediction_tokens=pred_tokens,
+        prediction_prompts=pred_prompts, prediction_tokens=pred_tokens, prediction_source=pred_source,
+        heldout_questions=heldout,
     )

@@ -9,8 +9,9 @@ Where a Hydra config, the decoding library and the tracker meet. One job:
 3. load the models (once per process: a multirun's later jobs reuse them), build the
    draft hierarchy (this checks each drafter's tokenizer against the target's); resolve
    ``tree=auto`` (calibrate on prompts that are not evaluated, or read the cache) and log
-   the chosen tree, its source and prediction; decode a few training templates with the
-   method and the baseline for the out-of-sample ``predicted_speedup``
+   the chosen tree, its source and prediction; decode a few prompts the job does not
+   evaluate (held-out questions of its set, or the training templates) with the method
+   and the baseline for the out-of-sample ``predicted_speedup``
    (``evaluation/prediction.py``); all before anything is timed;
 4. decode every prompt turn with the plain autoregressive baseline and with the
    configured method, ``batch_size`` prompts of one category at a time
@@ -52,8 +53,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from stagedspec.drafters.hierarchy import build_hierarchy
 from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.evaluation.paired import decode_paired, job_metrics
-from stagedspec.evaluation.prediction import predict
-from stagedspec.evaluation.prediction import source as prediction_source
+from stagedspec.evaluation.prediction import calibration_ids, predict
 from stagedspec.models.chat_text import encode, eos_token_ids, ids_to_text
 from stagedspec.models.kernel_calibration import kernel_plan
 from stagedspec.models.model_loading import LoadedModel, load_cached
@@ -154,16 +154,16 @@ def _run_job(
 
     prediction: dict[str, float] = {}
     if plan.prediction_prompts and plan.levels and plan.baseline:  # out of sample: before any timed batch
-        prediction = predict(method_dec, ar_dec, target, prompts=plan.prediction_prompts,
-                             tokens=plan.prediction_tokens, batch_size=plan.batch_size,
-                             max_new_tokens=plan.max_new_tokens, max_prompt=max_prompt, seed=plan.seed)
+        n = -(-max(plan.prediction_prompts, plan.batch_size) // plan.batch_size) * plan.batch_size
+        ids, where = calibration_ids(target, plan.prediction_source, n, plan.heldout_questions, max_prompt,
+                                     tokens=plan.prediction_tokens, data_name=plan.data_name)
+        prediction = predict(method_dec, ar_dec, ids, tokens=plan.prediction_tokens, batch_size=plan.batch_size,
+                             max_new_tokens=plan.max_new_tokens, seed=plan.seed)
         if tracker is not None and prediction:
-            tracker.log(run_id, params={"prediction.source": prediction_source(plan.prediction_prompts,
-                                                                               plan.prediction_tokens)})
+            tracker.log(run_id, params={"prediction.calibration": where})
         if prediction:
             log.info("predicted before timing: %.2fx, %.2f tokens/call (%s)", prediction["predicted_speedup"],
-                     prediction["predicted_tokens_per_call"],
-                     prediction_source(plan.prediction_prompts, plan.prediction_tokens))
+                     prediction["predicted_tokens_per_call"], where)
 
     with logging_redirect_tqdm():  # method and baseline interleaved batch by batch, `repeats` times each
         run, ar = decode_paired(method_dec, ar_dec if plan.baseline and plan.levels else None, target,

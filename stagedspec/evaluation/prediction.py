@@ -1,39 +1,79 @@
 """The calibration behind ``predicted_speedup``: a short decode on prompts the job does
 not evaluate, before anything is timed.
 
-The prompts are the training templates (``prompts/training_prompts.py``: they share no
-task with any benchmark set), drawn with a seed of their own; the method and plain
-decoding alternate batch by batch, as in ``paired.decode_paired``, so drift on a shared
-machine falls on both. ``metrics.cost_model.predict_out_of_sample`` turns the two into
-the prediction; the runner logs it with its source, beside the run's measured speedup.
+Two sources (``prediction.source``):
+
+- ``heldout`` (default): first turns of questions of the job's own prompt set (and of
+  its evaluated categories) that the job does not evaluate, drawn with a seed of their
+  own: the same kind of text, none of the same prompts;
+- ``training``: the training templates (``prompts/training_prompts.py``: no benchmark
+  task), for a job that evaluates its whole set.
+
+The method and plain decoding alternate batch by batch, as in ``paired.decode_paired``,
+so drift on a shared machine falls on both. ``metrics.cost_model.predict_out_of_sample``
+turns the two into the prediction; the runner logs it with its source, beside the run's
+measured speedup.
 """
 
 from __future__ import annotations
+
+import random
+from typing import Any
 
 import torch
 
 from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.metrics import cost_model
+from stagedspec.models.chat_text import encode
 from stagedspec.search.tree_calibration import calibration_prompts
 
 SEED = 4242
 """Seed of the calibration's prompt draw (``tree=auto`` draws its own with another)."""
 
 
-def source(prompts: int, tokens: int) -> str:
-    """What a prediction rests on, as logged (param ``prediction.source``)."""
-    return f"training templates, {prompts} prompts x {tokens} tokens, before timing"
+def pick_heldout(questions: list[Any], n: int, seed: int = SEED) -> list[Any]:
+    """``n`` of ``questions`` (fewer if there are fewer), spread over their categories:
+    each category's questions shuffled with ``seed``, then taken round-robin, categories
+    in order of first appearance."""
+    rng = random.Random(seed)
+    by_cat: dict[str, list[Any]] = {}
+    for q in questions:
+        by_cat.setdefault(q.category, []).append(q)
+    cols = []
+    for qs in by_cat.values():
+        qs = list(qs)
+        rng.shuffle(qs)
+        cols.append(qs)
+    order = [col[i] for i in range(max(map(len, cols), default=0)) for col in cols if i < len(col)]
+    return order[:n]
 
 
-def predict(method_dec: SpeculativeDecoder, ar_dec: SpeculativeDecoder, target, *, prompts: int, tokens: int,
-            batch_size: int, max_new_tokens: int, max_prompt: int, seed: int = 0) -> dict[str, float]:
-    """Decode ``prompts`` calibration prompts (at least one batch of ``batch_size``) for
-    ``tokens`` new tokens with both decoders, alternating, then predict the job's speedup
-    at ``max_new_tokens`` per row (``cost_model.predict_out_of_sample``)."""
-    if prompts < 1:
-        return {}
-    n = -(-max(prompts, batch_size) // batch_size) * batch_size
+def calibration_ids(target, kind: str, n: int, heldout: list[Any], max_prompt: int, *, tokens: int,
+                    data_name: str | None = None) -> tuple[list[list[int]], str]:
+    """``n`` encoded calibration prompts (each cut to its last ``max_prompt`` tokens) and
+    what they are, as logged (param ``prediction.calibration``). "heldout" takes first turns
+    of ``heldout`` (``pick_heldout``; fewer questions than ``n`` are reused in turn) and,
+    when the job evaluates its whole set (``heldout`` empty), the training templates,
+    saying so."""
+    if kind == "heldout" and heldout:
+        picked = pick_heldout(heldout, n)
+        ids = [encode(target, picked[i % len(picked)].turns[0], [])[-max_prompt:] for i in range(n)]
+        names = ", ".join(str(q.question_id) for q in picked)
+        return ids, f"heldout: first turns of {data_name} questions {names} (not evaluated), {tokens} tokens, before timing"
+    why = f" (heldout: every question of {data_name} is evaluated)" if kind == "heldout" else ""
     ids = [p[-max_prompt:] for p in calibration_prompts(target, n, "training", seed=SEED)]
+    return ids, f"training templates{why}, {n} prompts x {tokens} tokens, before timing"
+
+
+def predict(method_dec: SpeculativeDecoder, ar_dec: SpeculativeDecoder, prompt_ids: list[list[int]], *, tokens: int,
+            batch_size: int, max_new_tokens: int, seed: int = 0) -> dict[str, float]:
+    """Decode ``prompt_ids`` (whole batches of ``batch_size``: the list is cycled up to a
+    multiple) for ``tokens`` new tokens with both decoders, alternating, then predict the
+    job's speedup at ``max_new_tokens`` per row (``cost_model.predict_out_of_sample``)."""
+    if not prompt_ids:
+        return {}
+    n = -(-len(prompt_ids) // batch_size) * batch_size
+    ids = [prompt_ids[i % len(prompt_ids)] for i in range(n)]
     method, ar = [], []
     for i in range(0, n, batch_size):
         batch = ids[i : i + batch_size]

@@ -2,11 +2,11 @@
 (an accounting).
 
 ``predict_out_of_sample``, logged as ``predicted_*``: before anything is timed, the
-runner decodes a few prompts that are *not* evaluated (the training templates,
-``evaluation/prediction.py``) with the method and with plain decoding; from that
-calibration alone it takes alpha_hat, the draft depths, the mean round time, the
-prefill and plain decoding's time per token, and predicts the job's speedup for
-``max_new_tokens`` tokens per row. Nothing of the evaluated prompts enters it, so its
+runner decodes a few prompts that are *not* evaluated (held-out questions of the job's
+set, or the training templates: ``evaluation/prediction.py``) with the method and with
+plain decoding; from that calibration alone it takes the rounds' yields, the mean round
+time, the prefill and plain decoding's time per token, and predicts the job's speedup
+for ``max_new_tokens`` tokens per row. Nothing of the evaluated prompts enters it, so its
 error against the measured ``speedup`` (``prediction_error``) says how well a short
 calibration on other text foresees a run: acceptance that differs between the two kinds
 of text shows up there.
@@ -106,6 +106,18 @@ def _round_yield(merged: GenerationResult, alpha: float) -> tuple[float, float]:
     return yield_moments(alpha, Counter(r.draft_depth for q in merged.sequences for r in q.rounds))
 
 
+def empirical_yield(merged: GenerationResult) -> tuple[float, float] | None:
+    """E[X] and E[X (X - 1)] of the tokens X a round emitted, over ``merged``'s rounds
+    but each sequence's last (which ``max_new_tokens`` or EOS may have cut); None when no
+    round is left. Unlike ``_round_yield`` it needs no model of acceptance: a draft whose
+    length follows its confidence (``stop_below``) accepts more exactly in its deep
+    rounds, which one alpha for every depth cannot express."""
+    xs = [r.emitted for q in merged.sequences for r in q.rounds[:-1]]
+    if not xs:
+        return None
+    return sum(xs) / len(xs), sum(x * (x - 1) for x in xs) / len(xs)
+
+
 def account(batches: list[GenerationResult], ar_tokens_per_s: float | None) -> dict[str, float]:
     """In sample: ``accounted_tokens_per_call``, ``accounted_rounds``, ``accounted_wall_s``,
     ``accounted_tokens_per_s`` and (given the baseline's measured rate)
@@ -135,11 +147,13 @@ def predict_out_of_sample(method: list[GenerationResult], ar: list[GenerationRes
     """Out of sample: the speedup of a job that decodes ``tokens`` new tokens per row in
     batches of ``rows``, from calibration batches alone (``method``'s and plain decoding's,
     on prompts the job does not evaluate). Per batch, the method takes prefill +
-    R x (round time), R = ``predicted_rounds(tokens, E, E[X (X - 1)])`` with E from the
-    calibration's alpha_hat and draft depths; plain decoding takes prefill + ``tokens`` x
-    (its round time). Returns ``predicted_tokens_per_call``, ``predicted_rounds``,
+    R x (round time), R = ``predicted_rounds(tokens, E, E[X (X - 1)])`` with the moments
+    of the calibration's own round yields (``empirical_yield``; the i.i.d. model at its
+    alpha_hat when every sequence ran one round); plain decoding takes prefill + ``tokens``
+    x (its round time). Returns ``predicted_tokens_per_call``, ``predicted_rounds``,
     ``predicted_tokens_per_s``, ``predicted_ar_tokens_per_s``, ``predicted_speedup`` and
-    what they rest on (``prediction_alpha_hat``, ``prediction_round_s``,
+    what they rest on (``prediction_alpha_hat``, ``prediction_iid_tokens_per_call``: what
+    the i.i.d. model at that alpha would say, ``prediction_round_s``,
     ``prediction_ar_round_s``, ``prediction_calib_tokens``); empty when the calibration
     saw no draft or no round."""
     if not method or not ar:
@@ -149,7 +163,8 @@ def predict_out_of_sample(method: list[GenerationResult], ar: list[GenerationRes
     alpha = s.get("alpha_hat")
     if alpha is None or not m.phase_times or not a.phase_times or tokens < 1:
         return {}
-    E, second = _round_yield(m, alpha)
+    iid = _round_yield(m, alpha)
+    E, second = empirical_yield(m) or iid
     rounds = predicted_rounds(tokens, E, second)
     wall = m.prefill_time / len(method) + rounds * s["round_s"]
     ar_wall = a.prefill_time / len(ar) + tokens * sa["round_s"]
@@ -160,6 +175,7 @@ def predict_out_of_sample(method: list[GenerationResult], ar: list[GenerationRes
         "predicted_ar_tokens_per_s": rows * tokens / ar_wall,
         "predicted_speedup": ar_wall / wall,
         "prediction_alpha_hat": alpha,
+        "prediction_iid_tokens_per_call": iid[0],
         "prediction_round_s": s["round_s"],
         "prediction_ar_round_s": sa["round_s"],
         "prediction_calib_tokens": float(m.emitted),
