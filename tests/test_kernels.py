@@ -252,3 +252,17 @@ def test_fast_plan_ar_and_speculation_agree_on_the_embedded_model(embedded_model
     for drafter in (PromptLookupDrafter(k=4), KatzNgramDrafter(embedded_model.vocab_size, k=4)):
         spec = SpeculativeDecoder(embedded_model.model, drafter, SamplingConfig(), plan=plan).generate(prompts, 48)
         assert [s.output_ids for s in spec.sequences] == [s.output_ids for s in ar.sequences], drafter.name
+
+
+def test_a_fast_plan_packs_its_weights_before_the_first_forward():
+    """A plan read from the cache packs nothing; ``KVModel.set_plan`` packs every module
+    for each prepacked path the plan uses (so no timed round pays for packing), and only
+    those."""
+    packed = [q for q in PATHS if q not in (kernels.PATH_LINEAR, kernels.PATH_WXT)]
+    if not packed:
+        pytest.skip("no prepacked GEMM path on this machine")
+    plan = KernelPlan(name="one-pack", linear=(packed[0], kernels.PATH_LINEAR), lean_layers=True)
+    target = tiny_target()
+    KVModel(target.model, plan=plan)
+    mods = kernels.gemm_modules(target.model)
+    assert mods and all(set(m._stagedspec_packs) == {packed[0]} for m in mods)

