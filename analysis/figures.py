@@ -131,9 +131,9 @@ def prediction_errors(d: pd.DataFrame) -> pd.Series:
 
 def fig_speedup_vs_predicted(runs: pd.DataFrame, path) -> pd.DataFrame:
     """(c) Measured speedup (with its 95% interval) vs the cost model's out-of-sample
-    prediction, logged by each job from a calibration decode on training templates before
-    timing (``stagedspec/metrics/cost_model.py``): tokens per call from that calibration's
-    alpha_hat and draft depths, its round time and plain decoding's time per token."""
+    prediction, logged by each job from a calibration decode on prompts it does not evaluate
+    before timing (``stagedspec/metrics/cost_model.py``): tokens per call from that
+    calibration's round yields, its round time and plain decoding's time per token."""
     notes: list[str] = []
     d = speculative(runs)
     data = pd.DataFrame({
@@ -399,9 +399,10 @@ FIGURES: dict[str, tuple[FigureFn, str, str]] = {
         "dashed: the i.i.d. theory 1 + α̂ + … + α̂^k at each run's α̂ = accepted / (accepted + rejections)."),
     "speedup_vs_predicted": (
         fig_speedup_vs_predicted, "Measured vs predicted speedup",
-        "Measured speedup (bars: 95% interval) vs the cost model's prediction from the run's own timings: "
-        "rounds from tokens per call at α̂ and the draft depth, each round's measured draft forwards per level, "
-        "verification T(n) and overhead, plus prefill; dashed: y = x."),
+        "Measured speedup (bars: 95% interval) vs the out-of-sample prediction each job made before timing "
+        "(`predicted_speedup`: a short decode of prompts the job does not evaluate, with the method and "
+        "plain decoding; tokens per call from those rounds' yields, their round and step times, plus "
+        "prefill); dashed: y = x."),
     "wasted_vs_k": (
         fig_wasted_vs_k, "Wasted compute vs draft length",
         "Share of the level-below-target's drafts discarded (wasted_draft_fraction), and share of "

@@ -236,13 +236,14 @@ def prediction_note(runs: pd.DataFrame) -> list[str]:
         f"{within} of {len(d)} within 10%.",
         "",
         "Each job predicts before it times anything, out of sample (`stagedspec/evaluation/prediction.py`, "
-        "`stagedspec/metrics/cost_model.py`): it decodes a few training templates (no benchmark task) with the "
-        "method and with plain decoding, takes from that calibration alone α̂ = accepted / (accepted + "
-        "rejections), the draft depths, the mean round time, the prefill and plain decoding's time per token, "
-        "and predicts tokens per target call (i.i.d. model), rounds and wall time for `max_new_tokens` per row, "
-        "hence the speedup. A gap is where the evaluated text is easier or harder to draft than the "
-        "templates (copying from a long prompt), where answers stop early at EOS, or timing drift between the "
-        "calibration and the run. The same formulas fed with the run's own timings are logged as "
+        "`stagedspec/metrics/cost_model.py`): it decodes a few prompts it does not evaluate (first turns of "
+        "held-out questions of the same set, `prediction.source=heldout`, or the training templates; param "
+        "`prediction.calibration` names them) with the method and with plain decoding, takes from that "
+        "calibration alone the rounds' yields (tokens per target call), the mean round time, the prefill and "
+        "plain decoding's time per token, and predicts rounds and wall time for `max_new_tokens` per row, "
+        "hence the speedup. A gap is where the evaluated prompts are easier or harder to draft than the "
+        "calibration's (how much an answer copies its prompt varies from problem to problem), where answers "
+        "stop early at EOS, or timing drift between the calibration and the run. The same formulas fed with the run's own timings are logged as "
         "`accounted_speedup` (`accounting_error`: a check of the bookkeeping, not a prediction).",
     ]
 

@@ -90,6 +90,17 @@ def test_calibrations_differing_only_in_reps_or_name_do_not_share_an_entry(tmp_p
     assert saved == [1, 1, 2] and full.key["reps"] == 2 and plan.name == "other"
 
 
+def test_a_calibration_made_by_an_older_procedure_is_not_read_back(tmp_path, monkeypatch):
+    from stagedspec.models import kernel_calibration
+
+    model = tiny_target().model
+    _, new = calibrate(model, max_rows=2, reps=1, cache_dir=tmp_path)
+    monkeypatch.setattr(kernel_calibration, "CALIBRATION_VERSION", kernel_calibration.CALIBRATION_VERSION - 1)
+    _, old = calibrate(model, max_rows=2, reps=1, cache_dir=tmp_path)
+    versions = sorted(json.loads(f.read_text())["key"]["version"] for f in (tmp_path / "kernels").glob("*.json"))
+    assert versions == [old.key["version"], new.key["version"]] and old.key["version"] < new.key["version"]
+
+
 def test_default_cache_dir_is_under_home(tmp_path, monkeypatch):
     """The autouse fixture's HOME is where the default cache goes (so its check means
     something), and $STAGEDSPEC_CACHE moves it."""
@@ -263,6 +274,9 @@ def test_a_fast_plan_packs_its_weights_before_the_first_forward():
         pytest.skip("no prepacked GEMM path on this machine")
     plan = KernelPlan(name="one-pack", linear=(packed[0], kernels.PATH_LINEAR), lean_layers=True)
     target = tiny_target()
-    KVModel(target.model, plan=plan)
+    kernels.install(target.model)
     mods = kernels.gemm_modules(target.model)
+    for m in mods:  # the tiny model is shared between tests: forget what others packed
+        m._stagedspec_packs.clear()
+    KVModel(target.model, plan=plan)
     assert mods and all(set(m._stagedspec_packs) == {packed[0]} for m in mods)
