@@ -57,6 +57,9 @@ def hierarchy(kind: str, target: LoadedModel, k: int, tree=None, lower_k: int = 
                              k=2 * k, min_match=2)
     if kind == "copy>small":
         return BypassDrafter(ModelDrafter(first1, k=k), k=k, min_match=3)
+    if kind == "copy1-miss>ngram>small":  # copy on any match, but after a missed copy the staged draft
+        return BypassDrafter(ModelDrafter(first1, k=k, lower=KatzNgramDrafter(target.vocab_size, k=lower_k)),
+                             k=2 * k, min_match=1, miss_below=2)
     raise ValueError(kind)
 
 

@@ -33,7 +33,7 @@ def _reference(n: int) -> tuple[tuple[int, ...], ...]:
 
 
 KINDS = ["ngram", "lookup", "small", "other", "ngram>small", "lookup>small", "ngram>other>small", "copy>ngram>small",
-         "copy>small"]
+         "copy>small", "copy1-miss>ngram>small"]
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -167,6 +167,12 @@ def _bypass():
     return BypassDrafter(_staged(), k=3, min_match=2)
 
 
+def _bypass_miss():
+    """Copies on any match, but a row whose last copy had fewer than 2 tokens accepted
+    takes the staged draft next: the route depends on the round before."""
+    return BypassDrafter(_staged(), k=3, min_match=1, miss_below=2)
+
+
 def _ngram():
     return KatzNgramDrafter(V, k=2, order=2)
 
@@ -199,6 +205,7 @@ CASES = {
     "staged-t0.7-topk-topp": (_staged, T07),
     "bypass-staged": (_bypass, T1),
     "bypass-staged-t0.7-topk-topp": (_bypass, T07),
+    "bypass-after-miss": (_bypass_miss, T1),
 }
 
 

@@ -12,6 +12,12 @@ per round and row: when the context's suffix matches an earlier span over at lea
 passes the round to the level below, unchanged. The decision depends on the context
 only, and either draft is verified as usual, so the output distribution stays exact.
 
+A match's length is a weak signal of whether a copy will be accepted. ``miss_below`` adds
+the round before's outcome: a row whose last copy had fewer than ``miss_below`` tokens
+accepted hands its next round to the level below whatever its match (after that round
+it may copy again). The rule reads only earlier rounds' acceptance, never the round being
+verified, so exactness is kept, as for any adaptive draft length.
+
 Batch: the level below drafts for every row or none (its caches hold every row), so when
 some row has no long match, the rows that have one still take their copy and the level
 below's draft for them is dropped (it is only work; it changes nothing).
@@ -53,10 +59,26 @@ def longest_match(context: list[int], max_match: int, min_match: int) -> tuple[i
 
 class BypassDrafter(Drafter):
     def __init__(self, lower: Drafter | None, k: int = 24, min_match: int = 8, max_match: int = 32,
-                 name: str = "copy") -> None:
+                 name: str = "copy", miss_below: int = 0) -> None:
         self.lower, self.k, self.min_match, self.max_match, self.name = lower, k, min_match, max_match, name
+        self.miss_below = miss_below
         self.calls = 0
         self.seconds = 0.0
+        self._copied: list[bool] = []  # per row: its last round was a copy
+        self._cold: list[bool] = []  # per row: that copy missed (fewer than miss_below accepted)
+
+    def reset(self, batch_size: int) -> None:
+        self._copied, self._cold = [False] * batch_size, [False] * batch_size
+        super().reset(batch_size)
+
+    def keep_rows(self, rows: list[int]) -> None:
+        self._copied = [self._copied[r] for r in rows] if self._copied else []
+        self._cold = [self._cold[r] for r in rows] if self._cold else []
+        super().keep_rows(rows)
+
+    def feedback(self, accepted: list[int]) -> None:
+        if self.miss_below and len(self._copied) == len(accepted):
+            self._cold = [c and a < self.miss_below for c, a in zip(self._copied, accepted)]
 
     def forward_stats(self) -> tuple[float, int]:
         """A draft 'forward' here is one batch of look-ups."""
@@ -78,6 +100,9 @@ class BypassDrafter(Drafter):
         t0 = time.perf_counter()
         self.calls += 1
         copies = self.copies(contexts)
+        if self.miss_below and self.lower is not None and len(self._cold) == len(contexts):
+            copies = [[] if cold else cont for cont, cold in zip(copies, self._cold)]
+        self._copied = [bool(c) for c in copies]
         self.seconds += time.perf_counter() - t0
         trees: list[DraftTree | None] = [None] * len(contexts)
         for b, cont in enumerate(copies):

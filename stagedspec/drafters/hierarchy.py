@@ -148,12 +148,14 @@ class BypassLevel:
     """Long verbatim matches straight to the level above, the rest to the levels below
     (``drafters/bypass.py``): offers up to ``k`` tokens that followed the longest earlier
     occurrence of the context's suffix when that match is at least ``min_match`` tokens
-    long, and passes the round down otherwise."""
+    long, and passes the round down otherwise; with ``miss_below`` = m > 0, also after a
+    copy that had fewer than m tokens accepted."""
 
     k: int = 24
     min_match: int = 8
     max_match: int = 32
     name: str = "copy"
+    miss_below: int = 0
     routes = True  # a router: the level below it still drafts for the target (takes `tree`)
 
     def validate(self) -> None:
@@ -162,9 +164,13 @@ class BypassLevel:
                 and 1 <= self.min_match <= self.max_match):
             raise ValueError(f"level {self.name!r}: need 1 <= min_match <= max_match, got min_match="
                              f"{self.min_match!r}, max_match={self.max_match!r}")
+        if not isinstance(self.miss_below, int) or isinstance(self.miss_below, bool) or not 0 <= self.miss_below <= self.k:
+            raise ValueError(f"level {self.name!r}: miss_below must be an integer in 0..k={self.k} (0: off), got "
+                             f"{self.miss_below!r}")
 
     def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
-        return BypassDrafter(lower, k=self.k, min_match=self.min_match, max_match=self.max_match, name=self.name)
+        return BypassDrafter(lower, k=self.k, min_match=self.min_match, max_match=self.max_match, name=self.name,
+                             miss_below=self.miss_below)
 
 
 @dataclass

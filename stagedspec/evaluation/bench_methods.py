@@ -88,7 +88,7 @@ def parse_ours(spec: str) -> dict[str, list[tuple[str, list[int]]]]:
     ``ngram:k`` the Katz n-gram over the context, ``small:k`` the packaged draft model,
     ``fr:k`` the same with a 32,768-token frequency-pruned head (``drafters/pruned_head.py``),
     ``small:k:P`` / ``fr:k:P`` a draft that stops after a pick it gives less than P percent
-    (``stop_below`` = P / 100, k the cap), ``copy:k:min_match`` the bypass level; ``ar`` is
+    (``stop_below`` = P / 100, k the cap), ``copy:k:min_match[:miss_below]`` the bypass level; ``ar`` is
     plain decoding. Name -> levels."""
     out = {}
     for item in (x.strip() for x in spec.split(",")):
@@ -101,10 +101,10 @@ def parse_ours(spec: str) -> dict[str, list[tuple[str, list[int]]]]:
         for part in item.split(">"):
             kind, *nums = part.split(":")
             if kind not in LEVEL_KINDS or not nums or not all(n.isdigit() and int(n) > 0 for n in nums) \
-                    or len(nums) > (2 if kind in ("copy", "small", "fr") else 1) \
+                    or len(nums) > (3 if kind == "copy" else 2 if kind in ("small", "fr") else 1) \
                     or (kind in ("small", "fr") and len(nums) > 1 and int(nums[1]) >= 100):
                 raise SystemExit(f"--ours: bad level {part!r} in {item!r}; valid: ar, lookup:K, ngram:K, "
-                                 f"small:K[:STOP_PERCENT], fr:K[:STOP_PERCENT] (1-99), copy:K[:MIN_MATCH], joined "
+                                 f"small:K[:STOP_PERCENT], fr:K[:STOP_PERCENT] (1-99), copy:K[:MIN_MATCH[:MISS_BELOW]], joined "
                                  f"by '>' lowest first (e.g. ngram:4>small:8>copy:24:8, ngram:4>small:16:40)")
             levels.append((kind, [int(n) for n in nums]))
         out[item] = levels
@@ -130,7 +130,8 @@ def pair_methods(target, small, spec: str) -> dict:
                     d = ModelDrafter(small.model if kind == "small" else fr_model, k=nums[0], lower=d, name="small",
                                      stop_below=nums[1] / 100 if len(nums) > 1 else 0.0)
                 else:
-                    d = BypassDrafter(d, k=nums[0], min_match=nums[1] if len(nums) > 1 else 1, name="copy")
+                    d = BypassDrafter(d, k=nums[0], min_match=nums[1] if len(nums) > 1 else 1, name="copy",
+                                      miss_below=nums[2] if len(nums) > 2 else 0)
             return d
         return make
 
