@@ -130,6 +130,11 @@ def _mkldnn_pack(weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 8)
 
 
+def _pack(weight: torch.Tensor, path: str) -> torch.Tensor:
+    """``weight`` reordered for a prepacked path (``mkldnn`` or ``mklN``)."""
+    return _mkldnn_pack(weight) if path == PATH_MKLDNN else _mkl_pack(weight, int(path[3:]))
+
+
 def apply_path(module: nn.Linear, path: str, x: torch.Tensor) -> torch.Tensor:
     """``x @ W.T + b`` through one path (x: [..., in])."""
     if path == PATH_LINEAR:
@@ -142,7 +147,7 @@ def apply_path(module: nn.Linear, path: str, x: torch.Tensor) -> torch.Tensor:
     packs = module._stagedspec_packs
     if path not in packs:
         # packing happens once per module and path, at the first call (warm-up or calibration)
-        packs[path] = _mkldnn_pack(module.weight) if path == PATH_MKLDNN else _mkl_pack(module.weight, int(path[3:]))
+        packs[path] = _pack(module.weight, path)
     m = _rows(x)
     x2 = x.reshape(m, x.shape[-1])
     if path == PATH_MKLDNN:
@@ -341,7 +346,7 @@ def prepack(model: nn.Module, plan: KernelPlan) -> int:
             packs = mod.__dict__.setdefault("_stagedspec_packs", {})
             for q in paths:
                 if q not in packs:
-                    packs[q] = _mkldnn_pack(mod.weight) if q == PATH_MKLDNN else _mkl_pack(mod.weight, int(q[3:]))
+                    packs[q] = _pack(mod.weight, q)
                     made += 1
     return made
 

@@ -67,16 +67,15 @@ def calibration_ids(target, kind: str, n: int, heldout: list[Any], max_prompt: i
 
 def predict(method_dec: SpeculativeDecoder, ar_dec: SpeculativeDecoder, prompt_ids: list[list[int]], *, tokens: int,
             batch_size: int, max_new_tokens: int, seed: int = 0) -> dict[str, float]:
-    """Decode ``prompt_ids`` (whole batches of ``batch_size``: the list is cycled up to a
-    multiple) for ``tokens`` new tokens with both decoders, alternating, then predict the
-    job's speedup at ``max_new_tokens`` per row (``cost_model.predict_out_of_sample``)."""
+    """Decode ``prompt_ids`` (whole batches of ``batch_size``, as ``calibration_ids``
+    gives them for a multiple of it) for ``tokens`` new tokens with both decoders,
+    alternating, then predict the job's speedup at ``max_new_tokens`` per row
+    (``cost_model.predict_out_of_sample``)."""
     if not prompt_ids:
         return {}
-    n = -(-len(prompt_ids) // batch_size) * batch_size
-    ids = [prompt_ids[i % len(prompt_ids)] for i in range(n)]
     method, ar = [], []
-    for i in range(0, n, batch_size):
-        batch = ids[i : i + batch_size]
+    for i in range(0, len(prompt_ids), batch_size):
+        batch = prompt_ids[i : i + batch_size]
         pair = [(method_dec, method), (ar_dec, ar)]
         for dec, out in (pair if (i // batch_size) % 2 == 0 else pair[::-1]):
             torch.manual_seed(seed)

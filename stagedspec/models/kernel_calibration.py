@@ -122,7 +122,7 @@ def calibrate(
     mods = gemm_modules(model)
     times: dict[str, dict[str, float]] = {}
     if len(paths) > 1:  # untimed: page in weights a fresh load left on disk, pack each path once
-        for q in [q for q in paths if not q.startswith("mkl") or q == PATH_MKLDNN or int(q[3:]) == 1]:
+        for q in [q for q in paths if not q.startswith("mkl") or q == PATH_MKLDNN]:  # each mklN packs in its own pass
             _time_pass(mods, [torch.randn(1, mod.in_features, dtype=p.dtype, device=p.device) for mod in mods], q, 1)
     for m in range(1, max_rows + 1) if len(paths) > 1 else ():  # one path: nothing to choose, nothing to time
         xs = [torch.randn(m, mod.in_features, dtype=p.dtype, device=p.device) for mod in mods]
