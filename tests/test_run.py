@@ -283,7 +283,8 @@ def test_predicted_speedup_comes_from_prompts_that_are_not_evaluated(tmp_path, q
     """Two jobs on different questions: the out-of-sample prediction (made before timing
     on the training templates) gives the same tokens per call and alpha_hat for both (greedy
     decoding is deterministic), while the in-sample accounting follows each job's own
-    prompts; prediction.prompts=0 turns the prediction off."""
+    prompts; prediction.prompts=0 turns the prediction off; a calibration never decodes more
+    tokens per prompt than the job (prediction.tokens=16 is cut to max_new_tokens=10)."""
     from hydra import compose, initialize_config_dir
 
     from stagedspec.app import run_entry as run
@@ -304,11 +305,12 @@ def test_predicted_speedup_comes_from_prompts_that_are_not_evaluated(tmp_path, q
     for key in ("predicted_tokens_per_call", "prediction_alpha_hat", "prediction_calib_tokens"):
         assert a[key] == b[key], key
     assert a["accounted_tokens_per_call"] != b["accounted_tokens_per_call"]
-    assert a["prediction_calib_tokens"] == 2 * 16  # two calibration prompts of 16 tokens (no EOS in tiny)
+    # two calibration prompts, each cut from prediction.tokens=16 to the job's max_new_tokens=10 (no EOS in tiny)
+    assert a["prediction_calib_tokens"] == 2 * 10
     assert a["prediction_error"] == pytest.approx(a["predicted_speedup"] / a["speedup"] - 1)
     assert not any(k.startswith(("predicted_", "prediction_")) for k in off)
     sources = {r.data.params.get("prediction.calibration") for r in runs(tmp_path)}
-    assert sources == {"training templates, 2 prompts x 16 tokens, before timing", None}
+    assert sources == {"training templates, 2 prompts x 10 tokens, before timing", None}
 
 
 def test_heldout_prediction_calibrates_on_questions_of_the_set_that_are_not_evaluated(tmp_path, monkeypatch):
@@ -341,7 +343,7 @@ def test_heldout_prediction_calibrates_on_questions_of_the_set_that_are_not_eval
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         def job(name, *extra):
             cfg = compose("config", overrides=["experiment=tiny", "data=spec_bench", f"data.path={qs}",
-                                                f"tracking.uri={uri}", "max_new_tokens=6", "prediction.prompts=2",
+                                                f"tracking.uri={uri}", "max_new_tokens=8", "prediction.prompts=2",
                                                 "prediction.tokens=8", *extra])
             return run.execute(cfg, out_dir=tmp_path / name)
 

@@ -295,7 +295,7 @@ class JobPlan:
     """The prompt set (``prompt_sets.PROMPT_SETS``); None when the job reads no data (generate)."""
     prediction_prompts: int = 0
     """Prompts decoded before timing for ``predicted_speedup`` (0: no prediction)."""
-    prediction_tokens: int = 32
+    prediction_tokens: int = 64
     """New tokens per calibration prompt."""
     prediction_source: str = "heldout"
     """Where the calibration prompts come from: "heldout" (first turns of questions of the
@@ -461,7 +461,7 @@ def validate_cfg(cfg: DictConfig, with_data: bool = True, extra_keys: tuple[str,
         if not isinstance(cfg.get(key, True), bool):
             raise ConfigError(f"{key} must be true or false, got {cfg.get(key)!r}")
     prediction = cfg.get("prediction") or {}
-    pred_prompts, pred_tokens = prediction.get("prompts", 0), prediction.get("tokens", 32)
+    pred_prompts, pred_tokens = prediction.get("prompts", 0), prediction.get("tokens", 64)
     pred_source = prediction.get("source", "heldout")
     for key, v, low in (("prompts", pred_prompts, 0), ("tokens", pred_tokens, 1)):
         if not isinstance(v, int) or isinstance(v, bool) or v < low:

@@ -155,9 +155,10 @@ def _run_job(
     prediction: dict[str, float] = {}
     if plan.prediction_prompts and plan.levels and plan.baseline:  # out of sample: before any timed batch
         n = -(-max(plan.prediction_prompts, plan.batch_size) // plan.batch_size) * plan.batch_size
+        tokens = min(plan.prediction_tokens, plan.max_new_tokens)  # more than the job decodes samples nothing it sees
         ids, where = calibration_ids(target, plan.prediction_source, n, plan.heldout_questions, max_prompt,
-                                     tokens=plan.prediction_tokens, data_name=plan.data_name)
-        prediction = predict(method_dec, ar_dec, ids, tokens=plan.prediction_tokens, batch_size=plan.batch_size,
+                                     tokens=tokens, data_name=plan.data_name)
+        prediction = predict(method_dec, ar_dec, ids, tokens=tokens, batch_size=plan.batch_size,
                              max_new_tokens=plan.max_new_tokens, seed=plan.seed)
         if tracker is not None and prediction:
             tracker.log(run_id, params={"prediction.calibration": where})
