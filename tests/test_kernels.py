@@ -280,3 +280,84 @@ def test_a_fast_plan_packs_its_weights_before_the_first_forward():
         m._stagedspec_packs.clear()
     KVModel(target.model, plan=plan)
     assert mods and all(set(m._stagedspec_packs) == {packed[0]} for m in mods)
+
+
+# --------------------------------------------------------------------------- 4-bit draft weights
+def test_int4_path_multiplies_by_the_dequantized_4bit_weight():
+    """``PATH_INT4``: x times the weight rebuilt from its codes, q * scale + min per group
+    of 32 input columns (computed here by hand from ``int4_quantize``); not x times the
+    weight itself. A weight whose every group already lies on a 16-level grid reaching
+    both ends (a Q4_K GGUF block does) comes back exact."""
+    g = torch.Generator().manual_seed(0)
+    lin = torch.nn.Linear(64, 48, bias=True)
+    with torch.no_grad():
+        lin.weight.copy_(torch.randn(48, 64, generator=g))
+        lin.bias.copy_(torch.randn(48, generator=g))
+    lin._stagedspec_packs = {}
+    x = torch.randn(2, 64, generator=g)
+    q, scale, lo = kernels.int4_quantize(lin.weight)
+    assert q.shape == (48, 64) and int(q.min()) == 0 and int(q.max()) == 15 and scale.shape == lo.shape == (2, 48)
+    deq = (q.float().reshape(48, 2, 32) * scale.T[..., None] + lo.T[..., None]).reshape(48, 64)
+    y = kernels.apply_path(lin, kernels.PATH_INT4, x)
+    torch.testing.assert_close(y, x @ deq.T + lin.bias, atol=1e-4, rtol=1e-4)
+    assert (y - torch.nn.functional.linear(x, lin.weight, lin.bias)).abs().max() > 1e-2  # really 4-bit
+
+    on_grid = torch.nn.Linear(64, 16, bias=False)
+    codes = torch.randint(0, 16, (16, 64), generator=g)
+    codes[:, ::32], codes[:, 1::32] = 0, 15  # every group reaches both ends of its grid
+    with torch.no_grad():
+        on_grid.weight.copy_(codes * 0.25 - 1.0)
+    on_grid._stagedspec_packs = {}
+    torch.testing.assert_close(kernels.apply_path(on_grid, kernels.PATH_INT4, x),
+                               torch.nn.functional.linear(x, on_grid.weight), atol=1e-4, rtol=1e-4)
+
+
+def test_int4_draft_weights_keep_the_output_and_are_refused_for_the_target(monkeypatch):
+    """A draft whose 1-2-row forwards take 4-bit weights (``int4_rows``) still gives the
+    target's greedy output token for token (its q is its own; the verifier uses it); the
+    4-bit path runs for the draft's modules only, and a target plan carrying it is
+    refused (that would change the model being decoded)."""
+    from stagedspec.drafters.model_drafter import ModelDrafter
+
+    from .helpers import other_small
+
+    target = tiny_target()
+    ref = [list(r) for r in _reference(3)]
+    draft = other_small(target.vocab_size)  # shares no module with the target
+    calls: list[tuple[int, str]] = []
+    real = kernels.apply_path
+    monkeypatch.setattr(kernels, "apply_path", lambda mod, path, x: calls.append((id(mod), path)) or real(mod, path, x))
+    for plan in (HF_PLAN, MIXED):
+        calls.clear()
+        drafter = ModelDrafter(draft, k=3, int4_rows=3)  # 3 prompts: a draft step is 3 rows
+        dec = SpeculativeDecoder(target.model, drafter, SamplingConfig(), plan=plan)
+        assert [s.output_ids for s in dec.generate(_prompts(3), N_NEW).sequences] == ref, plan.name
+        assert drafter.kv.plan.int4_rows == 3 and "4-bit weights at 1-3 rows" in drafter.kv.plan.describe()
+        def linears(model):  # HF's modules (the hf plan) and the lean layers' fused ones (the fast plans)
+            return {id(m) for m in model.modules() if isinstance(m, torch.nn.Linear)} | {
+                id(m) for m in kernels.gemm_modules(model)}
+
+        int4 = {i for i, path in calls if path == kernels.PATH_INT4}
+        assert int4 and int4 <= linears(draft) and not int4 & linears(target.model), plan.name
+    assert not HF_PLAN.for_draft(2).bitwise_hf and HF_PLAN.for_draft(0) is HF_PLAN
+    assert HF_PLAN.for_draft(2).path(2) == kernels.PATH_INT4 and HF_PLAN.for_draft(2).path(3) == kernels.PATH_LINEAR
+    assert HF_PLAN.for_draft(2).path(1, int4_ok=False) == kernels.PATH_LINEAR
+    with pytest.raises(ValueError, match=r"int4_rows=2.*only a draft level"):
+        SpeculativeDecoder(target.model, None, SamplingConfig(), plan=MIXED.for_draft(2))
+
+
+@pytest.mark.parametrize("bad", [-1, 33, 1.5, True, "2"])
+def test_bad_int4_rows_is_refused_naming_the_value(bad):
+    from stagedspec.drafters.hierarchy import ModelLevel
+    from stagedspec.models.model_loading import ModelSpec
+
+    with pytest.raises(ValueError, match=rf"int4_rows must be an integer in 0\.\.32.*{bad!r}"):
+        ModelLevel(model=ModelSpec(source="tiny"), int4_rows=bad).validate()
+
+
+def test_int4_rows_on_a_cuda_model_is_refused():
+    from stagedspec.drafters.hierarchy import ModelLevel
+    from stagedspec.models.model_loading import ModelSpec
+
+    with pytest.raises(ValueError, match=r"int4_rows=2 runs a CPU kernel only.*'cuda'"):
+        ModelLevel(model=ModelSpec(source="tiny", device="cuda"), int4_rows=2).validate()

@@ -173,6 +173,13 @@ def _bypass_miss():
     return BypassDrafter(_staged(), k=3, min_match=1, miss_below=2)
 
 
+def _int4_chain():
+    """The draft's every forward through 4-bit copies of its weights (``int4_rows`` over any
+    row count: the 1000-row batches here exceed the 2 rows the Qwen preset uses): its q
+    moves away from the model's own, and the output must not."""
+    return ModelDrafter(_models()[1], k=3, int4_rows=1 << 30)
+
+
 def _ngram():
     return KatzNgramDrafter(V, k=2, order=2)
 
@@ -206,6 +213,8 @@ CASES = {
     "bypass-staged": (_bypass, T1),
     "bypass-staged-t0.7-topk-topp": (_bypass, T07),
     "bypass-after-miss": (_bypass_miss, T1),
+    "int4-draft": (_int4_chain, T1),
+    "int4-draft-t0.7-topk-topp": (_int4_chain, T07),
 }
 
 

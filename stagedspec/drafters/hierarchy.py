@@ -188,12 +188,22 @@ class ModelLevel(_TreeLevel):
     stop_below: float = 0.0
     """End the draft after a pick the model gives less than this probability (its
     softmax when greedy, q when sampling); k is then a cap. 0: always draft k."""
+    int4_rows: int = 0
+    """Forwards of at most this many rows multiply by 4-bit copies of the model's weights
+    (``engine/kernels.py``, ``KernelPlan.int4_rows``; CPU only); 0: off."""
 
     def spec(self) -> ModelSpec:
         return self.model if isinstance(self.model, ModelSpec) else ModelSpec(**dict(self.model))
 
     def validate(self) -> None:
         _check_k(self.name, self.k)
+        r = self.int4_rows
+        if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r <= 32:
+            raise ValueError(f"level {self.name!r}: int4_rows must be an integer in 0..32 (forwards of up to "
+                             f"that many rows take 4-bit weights; 0: off), got {r!r}")
+        if r and not str(self.spec().device).startswith("cpu"):
+            raise ValueError(f"level {self.name!r}: int4_rows={r} runs a CPU kernel only; the model is on "
+                             f"{self.spec().device!r}: set int4_rows=0 there")
         self.spec().validate()
         self.shape  # parsing is the check
         if self.head is not None and (not isinstance(self.head, int) or isinstance(self.head, bool) or self.head < 1):
@@ -215,7 +225,7 @@ class ModelLevel(_TreeLevel):
         if self.head is not None:
             model = pruned_copy(model, head_subset(small, self.head))
         return ModelDrafter(model, k=self.k, lower=lower, tree=self.shape, name=self.name,
-                            stop_below=float(self.stop_below))
+                            stop_below=float(self.stop_below), int4_rows=self.int4_rows)
 
 
 @dataclass

@@ -29,7 +29,7 @@ from .tree_growth import NodeDist, confident, grow_trees
 
 class ModelDrafter(Drafter):
     def __init__(self, model: torch.nn.Module, k: int = 4, lower: Drafter | None = None,
-                 tree: TreeShapeT = None, name: str = "small", stop_below: float = 0.0) -> None:
+                 tree: TreeShapeT = None, name: str = "small", stop_below: float = 0.0, int4_rows: int = 0) -> None:
         # a trained draft's head covers a vocabulary subset (models/draft_files.py)
         vocab_map = getattr(model, "vocab_map", None)
         meta = getattr(model, "meta", None)
@@ -39,10 +39,13 @@ class ModelDrafter(Drafter):
         self.stop_below = stop_below
         """The draft ends after a pick this model gives less than this probability (0: it
         always drafts its full shape): k becomes a cap, and an unsure draft stops early."""
+        self.int4_rows = int4_rows
+        """This model's forwards of at most this many rows multiply by 4-bit copies of its
+        weights (``KernelPlan.int4_rows``); 0: the target's plan as it is."""
         self.vocab_size = self.kv.vocab_size
 
     def setup(self, sampling, generator, plan=HF_PLAN) -> None:
-        self.kv.set_plan(plan)
+        self.kv.set_plan(plan.for_draft(self.int4_rows))
         super().setup(sampling, generator, plan)
 
     def reset(self, batch_size: int) -> None:

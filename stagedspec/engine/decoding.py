@@ -39,6 +39,10 @@ class SpeculativeDecoder:
     ) -> None:
         """``plan``: the kernel path of every model forward, target and draft levels alike
         (``kernels.py``); the default is Hugging Face's own, bit for bit."""
+        if plan.int4_rows:
+            raise ValueError(f"kernel plan {plan.describe()!r} multiplies by 4-bit weights (int4_rows="
+                             f"{plan.int4_rows}), which changes the model: only a draft level may use it "
+                             f"(levels.<name>.int4_rows); give the target a plan with int4_rows=0")
         self.plan = plan
         self.kv = KVModel(target, name=TARGET, plan=plan)
         self.drafter = drafter

@@ -42,6 +42,7 @@ object is unchanged.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import types
 from dataclasses import dataclass
@@ -58,6 +59,8 @@ PATH_LINEAR = "linear"  # F.linear: what nn.Linear and Hugging Face compute
 PATH_MKLDNN = "mkldnn"  # oneDNN with the weight reordered once (any row count)
 PATH_WXT = "wxt"  # (W @ x.T).T: the other operand order, which MKL runs as a different GEMM (any dtype;
                   # in bfloat16 on CPUs without AVX-512, where oneDNN has no bfloat16 path, the only other choice)
+PATH_INT4 = "int4"  # 4-bit weights (groups of INT4_GROUP, scale and zero each): a draft's plan only
+INT4_GROUP = 32
 MKL_ROWS = (4, 8, 16)  # MKL sgemm with the weight packed for exactly b rows ("mkl4", ...)
 MAX_ROWS = 32  # row counts the calibration covers (a bypass draft of 24 verifies 25); more rows (prefill) take F.linear
 
@@ -79,15 +82,34 @@ class KernelPlan:
     function (fused q/k/v and gate/up GEMMs, ``F.rms_norm``) instead of Hugging Face's
     modules: ~90 fewer GEMM calls and ~700 fewer small ops per forward; any other layer
     keeps HF's forward."""
+    int4_rows: int = 0
+    """Linear calls on at most this many rows multiply by a 4-bit copy of the weight
+    (``PATH_INT4``: groups of 32, a scale and a zero each; torch's CPU weight-only kernel,
+    gpt-fast's int4 path). This changes the model's numbers, so only a draft level's plan
+    may set it (``for_draft``; the decoder refuses it for the target): a draft's q is
+    whatever its forward computes, and the verifier uses that same q, so the output stays
+    exact. On the 0.5B draft, bf16 on 2 cores: 24 ms per 1-row forward against 45 ms;
+    from about 4 rows the kernel is slower than oneDNN's bf16 GEMM, hence a row bound."""
 
     @property
     def bitwise_hf(self) -> bool:
         """True when every choice is Hugging Face's own (greedy equals ``generate``)."""
-        return (not self.gqa_packing and not self.slot_cache and not self.lean_layers
+        return (not self.gqa_packing and not self.slot_cache and not self.lean_layers and not self.int4_rows
                 and all(p == PATH_LINEAR for p in self.linear))
 
-    def path(self, rows: int) -> str:
+    def path(self, rows: int, int4_ok: bool = True) -> str:
+        """The GEMM path of a Linear call on ``rows`` rows (``int4_ok``: the module's
+        shape fits the 4-bit kernel, ``int4_fits``)."""
+        if rows <= self.int4_rows and int4_ok:
+            return PATH_INT4
         return self.linear[rows - 1] if rows <= len(self.linear) else PATH_LINEAR
+
+    def for_draft(self, int4_rows: int) -> "KernelPlan":
+        """This plan for a draft model whose Linear calls on up to ``int4_rows`` rows take
+        4-bit weights (0: the plan unchanged)."""
+        if not int4_rows:
+            return self
+        return dataclasses.replace(self, int4_rows=int4_rows, name=f"{self.name}+int4<={int4_rows}")
 
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:
@@ -108,7 +130,8 @@ class KernelPlan:
                 runs.append(f"{span} {self.linear[start - 1]}")
                 start = m
         extras = [x for x, on in (("gqa packing", self.gqa_packing), ("slot cache", self.slot_cache),
-                                  ("lean layers", self.lean_layers)) if on]
+                                  ("lean layers", self.lean_layers),
+                                  (f"4-bit weights at 1-{self.int4_rows} rows", self.int4_rows)) if on]
         return f"{self.name}: " + "; ".join([", ".join(runs) or "linear"] + extras)
 
 
@@ -130,8 +153,39 @@ def _mkldnn_pack(weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 8)
 
 
-def _pack(weight: torch.Tensor, path: str) -> torch.Tensor:
-    """``weight`` reordered for a prepacked path (``mkldnn`` or ``mklN``)."""
+def int4_quantize(weight: torch.Tensor, group: int = INT4_GROUP) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Asymmetric 4-bit quantization per group of ``group`` input columns: codes q in
+    0..15 ([out, in], int32), and per group the scale s and minimum m ([in / group, out]),
+    so that the weight is approximately q * s + m (exactly, where a group's values lie on a
+    16-level grid that reaches both ends, as a Q4_K GGUF block's do)."""
+    N, K = weight.shape
+    if K % group:
+        raise ValueError(f"4-bit weights need in_features divisible by {group}, got {K}")
+    w = weight.detach().float().reshape(N, K // group, group)
+    lo, hi = w.amin(-1), w.amax(-1)
+    scale = ((hi - lo) / 15).clamp(min=1e-12)
+    q = ((w - lo[..., None]) / scale[..., None]).round().clamp(0, 15).to(torch.int32).reshape(N, K)
+    return q, scale.T.contiguous(), lo.T.contiguous()
+
+
+def int4_fits(module: nn.Linear) -> bool:
+    """The 4-bit kernel takes weights with out_features a multiple of 16 and in_features a
+    multiple of the group (32); other Linears keep the plan's path at every row count."""
+    out_f, in_f = module.weight.shape
+    return out_f % 16 == 0 and in_f % INT4_GROUP == 0
+
+
+def _int4_pack(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    q, scale, lo = int4_quantize(weight)
+    # the kernel computes (q - 8) * scale + zero
+    scales_zeros = torch.stack([scale, lo + 8 * scale], -1).to(weight.dtype)
+    return torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1), scales_zeros
+
+
+def _pack(weight: torch.Tensor, path: str):
+    """``weight`` reordered for a prepacked path (``mkldnn``, ``mklN`` or ``int4``)."""
+    if path == PATH_INT4:
+        return _int4_pack(weight)
     return _mkldnn_pack(weight) if path == PATH_MKLDNN else _mkl_pack(weight, int(path[3:]))
 
 
@@ -152,6 +206,11 @@ def apply_path(module: nn.Linear, path: str, x: torch.Tensor) -> torch.Tensor:
     x2 = x.reshape(m, x.shape[-1])
     if path == PATH_MKLDNN:
         y = torch.ops.mkldnn._linear_pointwise(x2, packs[path], module.bias, "none", [], "")
+    elif path == PATH_INT4:
+        packed, scales_zeros = packs[path]
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(x2.contiguous(), packed, INT4_GROUP, scales_zeros)
+        if module.bias is not None:
+            y = y + module.bias
     else:
         b = int(path[3:])
         if m < b:  # MKL's packed GEMM is fast only at the row count it was packed for
@@ -162,9 +221,9 @@ def apply_path(module: nn.Linear, path: str, x: torch.Tensor) -> torch.Tensor:
 
 def _dispatch_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     plan = _ACTIVE
-    if plan is None or not plan.linear:
+    if plan is None or not (plan.linear or plan.int4_rows):
         return F.linear(x, self.weight, self.bias)
-    return apply_path(self, plan.path(_rows(x)), x)
+    return apply_path(self, plan.path(_rows(x), not plan.int4_rows or int4_fits(self)), x)
 
 
 def available_paths(dtype: torch.dtype, device: torch.device) -> list[str]:
@@ -339,13 +398,13 @@ def prepack(model: nn.Module, plan: KernelPlan) -> int:
     would otherwise pack each module at its first call on a path: for a plan read from the
     cache, inside the first timed round at that row count, seconds for a 1.5B model).
     Returns the packs made."""
-    paths = sorted({q for q in plan.linear if q not in (PATH_LINEAR, PATH_WXT)})
+    paths = sorted({q for q in plan.linear if q not in (PATH_LINEAR, PATH_WXT)} | ({PATH_INT4} if plan.int4_rows else set()))
     made = 0
     with torch.no_grad():
         for mod in gemm_modules(model) if paths else ():
             packs = mod.__dict__.setdefault("_stagedspec_packs", {})
             for q in paths:
-                if q not in packs:
+                if q not in packs and (q != PATH_INT4 or int4_fits(mod)):
                     packs[q] = _pack(mod.weight, q)
                     made += 1
     return made

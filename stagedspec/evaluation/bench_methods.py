@@ -79,7 +79,9 @@ def our_methods(target, files: dict[str, Path], k: int, tree: str | None, lower_
     return made, skipped
 
 
-LEVEL_KINDS = ("lookup", "ngram", "small", "fr", "copy")
+LEVEL_KINDS = ("lookup", "ngram", "small", "fr", "q4", "copy")
+INT4_ROWS = 2
+"""``q4``: the draft's forwards of up to this many rows take 4-bit weights (``KernelPlan.int4_rows``)."""
 
 
 def parse_ours(spec: str) -> dict[str, list[tuple[str, list[int]]]]:
@@ -87,7 +89,8 @@ def parse_ours(spec: str) -> dict[str, list[tuple[str, list[int]]]]:
     first joined by '>', each level ``kind:k[:min_match]``: ``lookup:k`` prompt lookup,
     ``ngram:k`` the Katz n-gram over the context, ``small:k`` the packaged draft model,
     ``fr:k`` the same with a 32,768-token frequency-pruned head (``drafters/pruned_head.py``),
-    ``small:k:P`` / ``fr:k:P`` a draft that stops after a pick it gives less than P percent
+    ``q4:k`` the same model whose 1-2-row forwards take 4-bit weights (``INT4_ROWS``),
+    ``small:k:P`` / ``fr:k:P`` / ``q4:k:P`` a draft that stops after a pick it gives less than P percent
     (``stop_below`` = P / 100, k the cap), ``copy:k:min_match[:miss_below]`` the bypass level; ``ar`` is
     plain decoding. Name -> levels."""
     out = {}
@@ -101,10 +104,10 @@ def parse_ours(spec: str) -> dict[str, list[tuple[str, list[int]]]]:
         for part in item.split(">"):
             kind, *nums = part.split(":")
             if kind not in LEVEL_KINDS or not nums or not all(n.isdigit() and int(n) > 0 for n in nums) \
-                    or len(nums) > (3 if kind == "copy" else 2 if kind in ("small", "fr") else 1) \
-                    or (kind in ("small", "fr") and len(nums) > 1 and int(nums[1]) >= 100):
+                    or len(nums) > (3 if kind == "copy" else 2 if kind in ("small", "fr", "q4") else 1) \
+                    or (kind in ("small", "fr", "q4") and len(nums) > 1 and int(nums[1]) >= 100):
                 raise SystemExit(f"--ours: bad level {part!r} in {item!r}; valid: ar, lookup:K, ngram:K, "
-                                 f"small:K[:STOP_PERCENT], fr:K[:STOP_PERCENT] (1-99), copy:K[:MIN_MATCH[:MISS_BELOW]], joined "
+                                 f"small:K[:STOP_PERCENT], fr:K[:STOP_PERCENT], q4:K[:STOP_PERCENT] (1-99), copy:K[:MIN_MATCH[:MISS_BELOW]], joined "
                                  f"by '>' lowest first (e.g. ngram:4>small:8>copy:24:8, ngram:4>small:16:40)")
             levels.append((kind, [int(n) for n in nums]))
         out[item] = levels
@@ -126,9 +129,10 @@ def pair_methods(target, small, spec: str) -> dict:
                     d = PromptLookupDrafter(k=nums[0], name="lookup")
                 elif kind == "ngram":
                     d = KatzNgramDrafter(V, k=nums[0], name="ngram")
-                elif kind in ("small", "fr"):
-                    d = ModelDrafter(small.model if kind == "small" else fr_model, k=nums[0], lower=d, name="small",
-                                     stop_below=nums[1] / 100 if len(nums) > 1 else 0.0)
+                elif kind in ("small", "fr", "q4"):
+                    d = ModelDrafter(fr_model if kind == "fr" else small.model, k=nums[0], lower=d, name="small",
+                                     stop_below=nums[1] / 100 if len(nums) > 1 else 0.0,
+                                     int4_rows=INT4_ROWS if kind == "q4" else 0)
                 else:
                     d = BypassDrafter(d, k=nums[0], min_match=nums[1] if len(nums) > 1 else 1, name="copy",
                                       miss_below=nums[2] if len(nums) > 2 else 0)
