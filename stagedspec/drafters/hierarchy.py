@@ -197,14 +197,15 @@ class ModelLevel(_TreeLevel):
 
     def validate(self) -> None:
         _check_k(self.name, self.k)
+        spec = self.spec()
         r = self.int4_rows
         if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r <= 32:
             raise ValueError(f"level {self.name!r}: int4_rows must be an integer in 0..32 (forwards of up to "
                              f"that many rows take 4-bit weights; 0: off), got {r!r}")
-        if r and not str(self.spec().device).startswith("cpu"):
+        if r and not str(spec.device).startswith("cpu"):
             raise ValueError(f"level {self.name!r}: int4_rows={r} runs a CPU kernel only; the model is on "
-                             f"{self.spec().device!r}: set int4_rows=0 there")
-        self.spec().validate()
+                             f"{spec.device!r}: set int4_rows=0 there")
+        spec.validate()
         self.shape  # parsing is the check
         if self.head is not None and (not isinstance(self.head, int) or isinstance(self.head, bool) or self.head < 1):
             raise ValueError(f"level {self.name!r}: head must be a number of tokens >= 1 (a pruned LM head) "

@@ -80,6 +80,7 @@ def our_methods(target, files: dict[str, Path], k: int, tree: str | None, lower_
 
 
 LEVEL_KINDS = ("lookup", "ngram", "small", "fr", "q4", "copy")
+MODEL_KINDS = ("small", "fr", "q4")  # the packaged draft model, as it is / pruned head / 4-bit at few rows
 INT4_ROWS = 2
 """``q4``: the draft's forwards of up to this many rows take 4-bit weights (``KernelPlan.int4_rows``)."""
 
@@ -104,8 +105,8 @@ def parse_ours(spec: str) -> dict[str, list[tuple[str, list[int]]]]:
         for part in item.split(">"):
             kind, *nums = part.split(":")
             if kind not in LEVEL_KINDS or not nums or not all(n.isdigit() and int(n) > 0 for n in nums) \
-                    or len(nums) > (3 if kind == "copy" else 2 if kind in ("small", "fr", "q4") else 1) \
-                    or (kind in ("small", "fr", "q4") and len(nums) > 1 and int(nums[1]) >= 100):
+                    or len(nums) > (3 if kind == "copy" else 2 if kind in MODEL_KINDS else 1) \
+                    or (kind in MODEL_KINDS and len(nums) > 1 and int(nums[1]) >= 100):
                 raise SystemExit(f"--ours: bad level {part!r} in {item!r}; valid: ar, lookup:K, ngram:K, "
                                  f"small:K[:STOP_PERCENT], fr:K[:STOP_PERCENT], q4:K[:STOP_PERCENT] (1-99), copy:K[:MIN_MATCH[:MISS_BELOW]], joined "
                                  f"by '>' lowest first (e.g. ngram:4>small:8>copy:24:8, ngram:4>small:16:40)")
@@ -129,7 +130,7 @@ def pair_methods(target, small, spec: str) -> dict:
                     d = PromptLookupDrafter(k=nums[0], name="lookup")
                 elif kind == "ngram":
                     d = KatzNgramDrafter(V, k=nums[0], name="ngram")
-                elif kind in ("small", "fr", "q4"):
+                elif kind in MODEL_KINDS:
                     d = ModelDrafter(fr_model if kind == "fr" else small.model, k=nums[0], lower=d, name="small",
                                      stop_below=nums[1] / 100 if len(nums) > 1 else 0.0,
                                      int4_rows=INT4_ROWS if kind == "q4" else 0)
