@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 from types import SimpleNamespace
 
 import torch
@@ -27,22 +26,12 @@ from stagedspec.engine.kernels import HF_PLAN, KernelPlan, available_paths
 from stagedspec.engine.kv_cache import KVModel
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.evaluation.bench_methods import hf_generate
+from stagedspec.evaluation.bench_machine import time_forward
 from stagedspec.evaluation.bench_setup import setup
 from stagedspec.models.kernel_calibration import calibrate
 from stagedspec.models.model_loading import ModelSpec, load_model
 
 NS = (1, 2, 3, 4, 6, 8, 12, 16)
-
-
-def time_forward(kv: KVModel, context: list[int], n: int) -> float:
-    """Seconds of one forward of n chain tokens after ``context`` (cached beforehand)."""
-    (tail,) = kv.sync([context], min_tail=1)
-    chain = tail + [(context[-1] + 17 * i) % kv.vocab_size for i in range(1, n)]
-    t0 = time.perf_counter()
-    kv.extend([chain], [[-1] + list(range(len(chain) - 1))], [list(range(len(tail) - 1, len(chain)))])
-    dt = time.perf_counter() - t0
-    kv.sync([context])  # drop the pending nodes: the next forward starts from the same cache
-    return dt
 
 
 def mismatches(target, hf_model, plan, prompts: list[list[int]], n_new: int) -> list[dict]:

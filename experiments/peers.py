@@ -30,7 +30,8 @@ all seconds), ratio to HF ``generate``: the geometric mean over prompt groups of
 group's median tokens/s over repeats divided by HF's on the same prompts (a group is one
 prompt at batch 1), with a bootstrap 95% interval; tokens per target call per sequence and
 acceptance (ours); outputs that differ from HF greedy (T = 0); seconds per target call
-beside the physical floor, weight bytes / measured memory bandwidth.
+beside the physical floor: the weight bytes one step reads / the best read bandwidth probed
+before and after the runs (``experiments/bench_floor.py`` probes beside every step).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from analysis.peers_figure import draw
 from stagedspec.app.tracking import Tracker, context_tags
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.evaluation.bench_log import run_measurements
-from stagedspec.evaluation.bench_machine import memory_bandwidth, weight_bytes
+from stagedspec.evaluation.bench_machine import copy_bandwidth, read_bandwidth, step_bytes
 from stagedspec.evaluation.bench_methods import (
     assistant_settings,
     hf_methods,
@@ -171,9 +172,8 @@ def main(argv=None) -> None:
     prompts = [encode_prompt(target.tokenizer, q.turns[:1]) for q in qs]
     cats = [q.category for q in qs]
     eos = eos_token_ids(target)
-    wbytes = weight_bytes(target.model)
-    bandwidth = memory_bandwidth()
-    floor = wbytes / bandwidth
+    wbytes = step_bytes(target.model)
+    probes = {"read": [read_bandwidth()], "copy": [copy_bandwidth()]}  # again after the runs: it drifts
     plan = kernel_plan(target, args.kernels)
     sampling = SamplingConfig(temperature=args.temperature, seed=0)
 
@@ -200,19 +200,27 @@ def main(argv=None) -> None:
         print(f"skipped {m}: {why}")
     if assist:
         print(f"HF assistant (at start): {assist}")
-    print(f"physical limit: {wbytes / 1e6:.1f} MB of weights / {bandwidth / 1e9:.2f} GB/s = "
-          f"{floor * 1e3:.2f} ms per target call at least")
+    print(f"physical limit (before the runs): {wbytes / 1e6:.1f} MB of weights per step / "
+          f"{probes['read'][0] / 1e9:.2f} GB/s read = {wbytes / probes['read'][0] * 1e3:.2f} ms per target call at least")
 
     records = run_measurements(methods, batches, prompts, args.max_new_tokens, batch_sizes, args.repeats,
                                out / "measurements.jsonl", chash, limit=args.max_measurements)
     if assist:
         after = assistant_settings(info["assistant"])
         print(f"HF assistant (after the runs; 'heuristic' carries its count across calls): {after}")
+    probes["read"].append(read_bandwidth())
+    probes["copy"].append(copy_bandwidth())
+    bandwidth = max(probes["read"])  # the strictest floor the run saw
+    floor = wbytes / bandwidth
     tables = summarize(records, cats, greedy, floor, reference=REFERENCE if REFERENCE in methods else "ar")
     head = (f"## Peers: {args.data}, {len(prompts)} prompts x {args.max_new_tokens} new tokens, T={args.temperature:g}, "
             f"{args.dtype}, {args.threads} threads, {args.repeats} repeats\n\n"
-            f"Physical limit: {wbytes / 1e6:.1f} MB weights / {bandwidth / 1e9:.2f} GB/s = "
-            f"**{floor * 1e3:.2f} ms** per target call (column *floor s/call*).\n"
+            f"Physical limit: {wbytes / 1e6:.1f} MB of weights read per step / {bandwidth / 1e9:.2f} GB/s read "
+            f"bandwidth = **{floor * 1e3:.2f} ms** per target call (column *floor s/call*). Probes before and after "
+            f"the runs: read {', '.join(f'{b / 1e9:.1f}' for b in probes['read'])} GB/s, copy "
+            f"{', '.join(f'{b / 1e9:.1f}' for b in probes['copy'])} GB/s (bytes copied / s; floor at the faster "
+            f"copy: {wbytes / max(probes['copy']) * 1e3:.2f} ms). The bandwidth drifts: "
+            f"experiments/bench_floor.py compares the plain step with probes taken beside each step.\n"
             + (f"\nHF assisted ({args.draft or 'layers draft'}): schedule {assist['num_assistant_tokens_schedule']}, "
                f"{assist['num_assistant_tokens']} assistant tokens to start, confidence threshold "
                f"{assist['assistant_confidence_threshold']}.\n" if assist else "")
@@ -223,7 +231,8 @@ def main(argv=None) -> None:
     (out / "table.md").write_text(md)
     results = {"config": chash, "args": vars(args), "prompts": [{"question_id": q.question_id, "category": q.category}
                                                                  for q in qs],
-               "physical": {"weight_bytes": wbytes, "bandwidth_bytes_per_s": bandwidth, "min_s_per_target_call": floor},
+               "physical": {"step_bytes": wbytes, "bandwidth_bytes_per_s": bandwidth, "min_s_per_target_call": floor,
+                            "read_probes": probes["read"], "copy_probes": probes["copy"]},
                "assistant": {"start": assist, "end": assistant_settings(info["assistant"]) if assist else None},
                "skipped": skipped, "plan": plan.describe(), "tables": tables}
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
