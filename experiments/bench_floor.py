@@ -4,8 +4,8 @@
 
 The floor of a memory-bound step is the weight bytes it reads (``step_bytes``: every
 weight once, the untied input embedding table only at the token's row) divided by the
-memory bandwidth. The bandwidth of a shared machine drifts (33-66 GB/s for a 512 MB sum
-within a minute here), so each pair takes a read probe (a sum), a copy probe (bytes
+memory bandwidth. The bandwidth of a shared machine drifts (34 and 69 GB/s for a 512 MB sum
+eight minutes apart here), so each pair takes a read probe (a sum), a copy probe (bytes
 copied / s) and the plain step (one token after a cached context of ``--context``
 tokens, through the engine's kernel plan, best of 3) one after the other, and compares
 the step with the floors measured beside it. Printed: medians and ranges over the pairs,

@@ -4,7 +4,7 @@ memory-bound step's floor; and the interleaved comparison of that floor with the
 decoding step (``floor_pairs``), which ``experiments/bench_floor.py`` runs.
 
 The machine's bandwidth is shared with its neighbours: on the 2-core development machine
-a 512 MB sum read 33-66 GB/s within one minute. A floor measured once, at the start of a
+a 512 MB sum read 34 and 69 GB/s eight minutes apart. A floor measured once, at the start of a
 benchmark, is therefore a guess; ``floor_pairs`` takes a probe beside every timed step
 and compares each step with the floor measured next to it.
 """
