@@ -264,3 +264,12 @@ def test_the_script_is_thin_over_the_shared_bench_code():
     assert peers.run_measurements is bench_log.run_measurements and peers.summarize is bench_table.summarize
     args = peers.parse_args([])
     assert (args.data, args.prompts, args.repeats, args.batch_sizes) == ("mt_bench", 8, 3, "1,2,4,8")
+
+
+def test_parse_ours_reads_model_levels_with_stop_and_alternatives():
+    got = bench_methods.parse_ours("ar, q4:12:50:2, ngram:1>q4:12:50>copy:24:6")
+    assert got == {"ar": [], "q4:12:50:2": [("q4", [12, 50, 2])],
+                   "ngram:1>q4:12:50>copy:24:6": [("ngram", [1]), ("q4", [12, 50]), ("copy", [24, 6])]}
+    for bad in ("q4:12:50:9", "q4:12:100", "small:4:50:2:1", "lookup:4:2", "tree:3", "q4:0"):
+        with pytest.raises(SystemExit, match=f"bad level {bad!r}"):
+            bench_methods.parse_ours(bad)

@@ -191,6 +191,9 @@ class ModelLevel(_TreeLevel):
     int4_rows: int = 0
     """Forwards of at most this many rows multiply by 4-bit copies of the model's weights
     (``engine/kernels.py``, ``KernelPlan.int4_rows``; CPU only); 0: off."""
+    stop_alternatives: int = 0
+    """Beside the pick that stopped the draft (``stop_below``), also offer the model's
+    next N best tokens there as leaves for the level above (no extra draft forward); 0: off."""
 
     def spec(self) -> ModelSpec:
         return self.model if isinstance(self.model, ModelSpec) else ModelSpec(**dict(self.model))
@@ -214,6 +217,13 @@ class ModelLevel(_TreeLevel):
         if isinstance(s, bool) or not isinstance(s, (int, float)) or not 0.0 <= s < 1.0:
             raise ValueError(f"level {self.name!r}: stop_below must be a probability in [0, 1) (0: never stop "
                              f"early), got {s!r}")
+        a = self.stop_alternatives
+        if isinstance(a, bool) or not isinstance(a, int) or not 0 <= a <= 8:
+            raise ValueError(f"level {self.name!r}: stop_alternatives must be an integer in 0..8 (leaves beside "
+                             f"the pick that stopped the draft; 0: none), got {a!r}")
+        if a and not s:
+            raise ValueError(f"level {self.name!r}: stop_alternatives={a} needs stop_below > 0 (they are offered "
+                             f"where the draft stops), got stop_below={s!r}")
 
     def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
         spec = self.spec()
@@ -226,7 +236,8 @@ class ModelLevel(_TreeLevel):
         if self.head is not None:
             model = pruned_copy(model, head_subset(small, self.head))
         return ModelDrafter(model, k=self.k, lower=lower, tree=self.shape, name=self.name,
-                            stop_below=float(self.stop_below), int4_rows=self.int4_rows)
+                            stop_below=float(self.stop_below), int4_rows=self.int4_rows,
+                            stop_alternatives=self.stop_alternatives)
 
 
 @dataclass

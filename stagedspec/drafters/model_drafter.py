@@ -29,7 +29,8 @@ from .tree_growth import NodeDist, confident, grow_trees
 
 class ModelDrafter(Drafter):
     def __init__(self, model: torch.nn.Module, k: int = 4, lower: Drafter | None = None,
-                 tree: TreeShapeT = None, name: str = "small", stop_below: float = 0.0, int4_rows: int = 0) -> None:
+                 tree: TreeShapeT = None, name: str = "small", stop_below: float = 0.0, int4_rows: int = 0,
+                 stop_alternatives: int = 0) -> None:
         # a trained draft's head covers a vocabulary subset (models/draft_files.py)
         vocab_map = getattr(model, "vocab_map", None)
         meta = getattr(model, "meta", None)
@@ -39,6 +40,9 @@ class ModelDrafter(Drafter):
         self.stop_below = stop_below
         """The draft ends after a pick this model gives less than this probability (0: it
         always drafts its full shape): k becomes a cap, and an unsure draft stops early."""
+        self.stop_alternatives = stop_alternatives
+        """Beside the pick that stopped the draft, offer this many of this model's next-best
+        tokens as leaves (``grow_trees``): no extra forward, a few more target rows."""
         self.int4_rows = int4_rows
         """This model's forwards of at most this many rows multiply by 4-bit copies of its
         weights (``KernelPlan.int4_rows``); 0: the target's plan as it is."""
@@ -115,7 +119,8 @@ class ModelDrafter(Drafter):
                 cursor[b] += 1
             return out
 
-        return grow_trees(self.tree, self.k, roots, expand, self.sampling, self.generator, self.name, self.stop_below)
+        return grow_trees(self.tree, self.k, roots, expand, self.sampling, self.generator, self.name, self.stop_below,
+                          self.stop_alternatives)
 
     def _spine_length(self) -> int:
         shape = chain(self.k) if self.tree is None else self.tree
@@ -261,7 +266,7 @@ class ModelDrafter(Drafter):
 
         roots = [known[b][0] for b in range(B)]  # the first inner round ran for every row
         trees = grow_trees(self.tree, self.k, roots, expand, self.sampling, self.generator, self.name,
-                           self.stop_below)
+                           self.stop_below, self.stop_alternatives)
         for b, tree in enumerate(trees):
             for n in range(len(tree)):
                 i = spine_index(b, tree, n)

@@ -106,11 +106,17 @@ def grow_trees(
     gen: torch.Generator | None,
     origin: str,
     stop_below: float = 0.0,
+    stop_alternatives: int = 0,
 ) -> list[DraftTree]:
     """Grow one tree per row from what the drafter knows at each root (None = no draft for
     that row); ``expand`` is called once per depth with every row's new nodes (and may
     answer None for a node: it gets no children). ``stop_below``: a rank-0 pick the draft
-    gives less than this probability is offered but not expanded (static shapes)."""
+    gives less than this probability is offered but not expanded (static shapes).
+    ``stop_alternatives``: beside such an unsure pick, also offer the draft's next
+    ``stop_alternatives`` best tokens as leaves (ranks the shape does not already offer
+    there): where the draft stops it is likeliest to be wrong, and its runners-up come
+    from the distribution it already has, so they cost the draft nothing. Whether they
+    are offered depends only on the draft's own distribution and pick, like the stop."""
     trees = [DraftTree() for _ in roots]
     if isinstance(shape, DynamicShape):
         _grow_dynamic(shape, trees, roots, expand, origin)
@@ -128,9 +134,18 @@ def grow_trees(
             ranks = kids.get(path)
             if not ranks:
                 continue
+            unsure = None
             for r, tok, qq in _candidates(dist, ranks, sampling, gen):
                 go_on = r > 0 or confident(dist, tok, stop_below)
                 added.append((b, trees[b].add(tok, node, qq, origin, r), path + (r,), go_on))
+                if r == 0 and not go_on:
+                    unsure = tok
+            if unsure is not None and stop_alternatives > 0:
+                extra = [r for r in range(1, stop_alternatives + 1) if r not in ranks]
+                alt = _alternatives(dist.raw, unsure, stop_alternatives)
+                for r in extra:
+                    if r - 1 < len(alt):  # point masses, never expanded
+                        added.append((b, trees[b].add(alt[r - 1], node, None, origin, r), path + (r,), False))
         expandable = [(b, n, p) for b, n, p, go_on in added if go_on and d < depth and p in kids]
         if not expandable:
             break

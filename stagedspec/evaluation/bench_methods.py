@@ -92,7 +92,8 @@ def parse_ours(spec: str) -> dict[str, list[tuple[str, list[int]]]]:
     ``fr:k`` the same with a 32,768-token frequency-pruned head (``drafters/pruned_head.py``),
     ``q4:k`` the same model whose 1-2-row forwards take 4-bit weights (``INT4_ROWS``),
     ``small:k:P`` / ``fr:k:P`` / ``q4:k:P`` a draft that stops after a pick it gives less than P percent
-    (``stop_below`` = P / 100, k the cap), ``copy:k:min_match[:miss_below]`` the bypass level; ``ar`` is
+    (``stop_below`` = P / 100, k the cap), ``q4:k:P:A`` also offering its A next-best tokens beside
+    the pick that stopped it (``stop_alternatives``), ``copy:k:min_match[:miss_below]`` the bypass level; ``ar`` is
     plain decoding. Name -> levels."""
     out = {}
     for item in (x.strip() for x in spec.split(",")):
@@ -105,10 +106,11 @@ def parse_ours(spec: str) -> dict[str, list[tuple[str, list[int]]]]:
         for part in item.split(">"):
             kind, *nums = part.split(":")
             if kind not in LEVEL_KINDS or not nums or not all(n.isdigit() and int(n) > 0 for n in nums) \
-                    or len(nums) > (3 if kind == "copy" else 2 if kind in MODEL_KINDS else 1) \
-                    or (kind in MODEL_KINDS and len(nums) > 1 and int(nums[1]) >= 100):
+                    or len(nums) > (3 if kind in ("copy", *MODEL_KINDS) else 1) \
+                    or (kind in MODEL_KINDS and len(nums) > 1 and int(nums[1]) >= 100) \
+                    or (kind in MODEL_KINDS and len(nums) > 2 and int(nums[2]) > 8):
                 raise SystemExit(f"--ours: bad level {part!r} in {item!r}; valid: ar, lookup:K, ngram:K, "
-                                 f"small:K[:STOP_PERCENT], fr:K[:STOP_PERCENT], q4:K[:STOP_PERCENT] (1-99), copy:K[:MIN_MATCH[:MISS_BELOW]], joined "
+                                 f"small:K[:STOP_PERCENT[:ALTS]], fr:..., q4:... (STOP_PERCENT 1-99, ALTS 1-8), copy:K[:MIN_MATCH[:MISS_BELOW]], joined "
                                  f"by '>' lowest first (e.g. ngram:4>small:8>copy:24:8, ngram:4>small:16:40)")
             levels.append((kind, [int(n) for n in nums]))
         out[item] = levels
@@ -133,7 +135,8 @@ def pair_methods(target, small, spec: str) -> dict:
                 elif kind in MODEL_KINDS:
                     d = ModelDrafter(fr_model if kind == "fr" else small.model, k=nums[0], lower=d, name="small",
                                      stop_below=nums[1] / 100 if len(nums) > 1 else 0.0,
-                                     int4_rows=INT4_ROWS if kind == "q4" else 0)
+                                     int4_rows=INT4_ROWS if kind == "q4" else 0,
+                                     stop_alternatives=nums[2] if len(nums) > 2 else 0)
                 else:
                     d = BypassDrafter(d, k=nums[0], min_match=nums[1] if len(nums) > 1 else 1, name="copy",
                                       miss_below=nums[2] if len(nums) > 2 else 0)
