@@ -179,7 +179,7 @@ def test_stop_alternatives_sample_the_target_at_positions_3_and_4(factory, cfg):
 
 @pytest.mark.parametrize("bad,stop,match", [
     (-1, 0.5, "stop_alternatives must be an integer in 0..8"), (9, 0.5, "in 0..8.*9"),
-    (1.5, 0.5, "in 0..8.*1.5"), (True, 0.5, "in 0..8.*True"), (2, 0.0, "stop_alternatives=2 needs stop_below > 0"),
+    (1.5, 0.5, "in 0..8.*1.5"), (True, 0.5, "in 0..8.*True"), ("2", 0.0, "in 0..8.*'2'"),
 ])
 def test_bad_stop_alternatives_is_refused_naming_the_value(bad, stop, match):
     from stagedspec.drafters.hierarchy import ModelLevel

@@ -193,7 +193,8 @@ class ModelLevel(_TreeLevel):
     (``engine/kernels.py``, ``KernelPlan.int4_rows``; CPU only); 0: off."""
     stop_alternatives: int = 0
     """Beside the pick that stopped the draft (``stop_below``), also offer the model's
-    next N best tokens there as leaves for the level above (no extra draft forward); 0: off."""
+    next N best tokens there as leaves for the level above (no extra draft forward); 0: off.
+    With ``stop_below=0`` no pick stops a draft, so none are offered."""
 
     def spec(self) -> ModelSpec:
         return self.model if isinstance(self.model, ModelSpec) else ModelSpec(**dict(self.model))
@@ -221,9 +222,6 @@ class ModelLevel(_TreeLevel):
         if isinstance(a, bool) or not isinstance(a, int) or not 0 <= a <= 8:
             raise ValueError(f"level {self.name!r}: stop_alternatives must be an integer in 0..8 (leaves beside "
                              f"the pick that stopped the draft; 0: none), got {a!r}")
-        if a and not s:
-            raise ValueError(f"level {self.name!r}: stop_alternatives={a} needs stop_below > 0 (they are offered "
-                             f"where the draft stops), got stop_below={s!r}")
 
     def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
         spec = self.spec()
