@@ -24,7 +24,8 @@ import torch
 
 from stagedspec.engine.kernels import apply_path, gemm_modules
 from stagedspec.engine.kv_cache import KVModel
-from stagedspec.evaluation.bench_machine import floor_pairs, step_bytes, summarize_pairs, time_forward
+from stagedspec.evaluation.bench_machine import (floor_pairs, step_bytes, summarize_pairs, time_forward,
+                                                  weight_bytes)
 from stagedspec.models.kernel_calibration import kernel_plan
 from stagedspec.models.model_loading import ModelSpec, load_model
 
@@ -66,7 +67,7 @@ def main() -> None:
     s = results["step"]
     print(f"{args.target} {args.dtype}, {args.threads} threads, plan {plan.describe()}, context {args.context}")
     print(f"weight bytes per step: {nbytes / 1e6:.1f} MB (all weights: "
-          f"{sum(p.numel() * p.element_size() for p in target.model.parameters()) / 1e6:.1f} MB)")
+          f"{weight_bytes(target.model) / 1e6:.1f} MB)")
     print(f"{s['pairs']} pairs per row; medians [range] over the pairs, ratios as geometric means [95% CI]:")
     for name, r in results.items():
         print(f"  {name}: {r['step_s'] * 1e3:.1f} ms [{r['step_s_range'][0] * 1e3:.1f}, "

@@ -36,6 +36,12 @@ def _check_k(name: str, k: Any) -> None:
         raise ValueError(f"level {name!r}: draft length k must be an integer >= 1, got {k!r}")
 
 
+def _check_count(name: str, key: str, value: Any, hi: int, note: str, hi_label: str | None = None) -> None:
+    """Raise unless ``value`` is an integer (not a bool) in 0..hi; ``note`` says what it means."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= hi:
+        raise ValueError(f"level {name!r}: {key} must be an integer in 0..{hi_label or hi} ({note}), got {value!r}")
+
+
 class _TreeLevel:
     """A level that can draft a tree: ``tree`` is the setting as configured (see
     ``TreeShape.parse``; None = a chain of k), ``shape`` the same setting parsed."""
@@ -164,9 +170,7 @@ class BypassLevel:
                 and 1 <= self.min_match <= self.max_match):
             raise ValueError(f"level {self.name!r}: need 1 <= min_match <= max_match, got min_match="
                              f"{self.min_match!r}, max_match={self.max_match!r}")
-        if not isinstance(self.miss_below, int) or isinstance(self.miss_below, bool) or not 0 <= self.miss_below <= self.k:
-            raise ValueError(f"level {self.name!r}: miss_below must be an integer in 0..k={self.k} (0: off), got "
-                             f"{self.miss_below!r}")
+        _check_count(self.name, "miss_below", self.miss_below, self.k, "0: off", hi_label=f"k={self.k}")
 
     def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
         return BypassDrafter(lower, k=self.k, min_match=self.min_match, max_match=self.max_match, name=self.name,
@@ -203,9 +207,7 @@ class ModelLevel(_TreeLevel):
         _check_k(self.name, self.k)
         spec = self.spec()
         r = self.int4_rows
-        if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r <= 32:
-            raise ValueError(f"level {self.name!r}: int4_rows must be an integer in 0..32 (forwards of up to "
-                             f"that many rows take 4-bit weights; 0: off), got {r!r}")
+        _check_count(self.name, "int4_rows", r, 32, "forwards of up to that many rows take 4-bit weights; 0: off")
         if r and not str(spec.device).startswith("cpu"):
             raise ValueError(f"level {self.name!r}: int4_rows={r} runs a CPU kernel only; the model is on "
                              f"{spec.device!r}: set int4_rows=0 there")
@@ -218,10 +220,8 @@ class ModelLevel(_TreeLevel):
         if isinstance(s, bool) or not isinstance(s, (int, float)) or not 0.0 <= s < 1.0:
             raise ValueError(f"level {self.name!r}: stop_below must be a probability in [0, 1) (0: never stop "
                              f"early), got {s!r}")
-        a = self.stop_alternatives
-        if isinstance(a, bool) or not isinstance(a, int) or not 0 <= a <= 8:
-            raise ValueError(f"level {self.name!r}: stop_alternatives must be an integer in 0..8 (leaves beside "
-                             f"the pick that stopped the draft; 0: none), got {a!r}")
+        _check_count(self.name, "stop_alternatives", self.stop_alternatives, 8,
+                     "leaves beside the pick that stopped the draft; 0: none")
 
     def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
         spec = self.spec()

@@ -30,12 +30,7 @@ def read_bandwidth(megabytes: int = PROBE_MB, reps: int = 5, buf: torch.Tensor |
     caches (bytes read / seconds). A weight-reading step can go no faster than its
     weight bytes divided by this."""
     x = buf if buf is not None else torch.ones(megabytes * 2**20 // 4)
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        x.sum()
-        best = min(best, time.perf_counter() - t0)
-    return x.numel() * x.element_size() / best
+    return x.numel() * x.element_size() / min(_timed(x.sum) for _ in range(reps))
 
 
 def copy_bandwidth(megabytes: int = PROBE_MB, reps: int = 5, bufs: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -44,12 +39,7 @@ def copy_bandwidth(megabytes: int = PROBE_MB, reps: int = 5, bufs: tuple[torch.T
     caches, as bytes copied / seconds (each byte is read once and written once, so the
     memory moves twice this; STREAM's "Copy" counts both and reports twice this number)."""
     src, dst = bufs if bufs is not None else (torch.ones(megabytes * 2**20 // 4), torch.empty(megabytes * 2**20 // 4))
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        dst.copy_(src)
-        best = min(best, time.perf_counter() - t0)
-    return src.numel() * src.element_size() / best
+    return src.numel() * src.element_size() / min(_timed(lambda: dst.copy_(src)) for _ in range(reps))
 
 
 def weight_bytes(model: nn.Module) -> int:
