@@ -15,7 +15,7 @@ from transformers import DynamicCache
 
 from stagedspec.engine import kernels
 from stagedspec.engine.decoding import SpeculativeDecoder
-from stagedspec.engine.kernels import HF_PLAN, KernelPlan, available_paths
+from stagedspec.engine.kernels import HF_PLAN, KernelPlan, available_paths, long_path_for
 from stagedspec.models.kernel_calibration import _choose, calibrate
 from stagedspec.engine.kv_cache import KVModel, SlotLayer
 from stagedspec.engine.sampling import SamplingConfig
@@ -25,9 +25,10 @@ from .helpers import hf_greedy, hierarchy, tiny_target
 from .test_greedy_exact import N_NEW, _prompts, _reference
 
 PATHS = available_paths(torch.float32, torch.device("cpu"))
-# every available path somewhere in 1..8 rows, so each one's dispatch code runs
+# every available path somewhere in 1..8 rows, so each one's dispatch code runs; prefills
+# past 8 rows (prompts of up to 40 tokens) through a path other than F.linear
 MIXED = KernelPlan(name="mixed", linear=tuple(PATHS[i % len(PATHS)] for i in range(8)), gqa_packing=True,
-                   slot_cache=True, lean_layers=True)
+                   slot_cache=True, lean_layers=True, long_path="mkldnn" if "mkldnn" in PATHS else "wxt")
 
 
 @pytest.fixture(autouse=True)
@@ -61,12 +62,24 @@ def test_plan_describe_and_path_lookup():
     assert plan.describe() == "fast: 1-3 linear, 4 mkl4, 5-8 mkldnn; gqa packing"
     assert plan.path(4) == "mkl4" and plan.path(8) == "mkldnn" and plan.path(50) == "linear"
     assert HF_PLAN.bitwise_hf and not plan.bitwise_hf
+    long = KernelPlan(name="fast", linear=("mkldnn",) * 2, long_path="mkldnn")
+    assert long.path(3) == "mkldnn" and long.describe() == "fast: 1-2 mkldnn, 3+ mkldnn"
+    assert not KernelPlan(linear=("linear",), long_path="mkldnn").bitwise_hf
+
+
+def test_rows_past_the_table_take_the_last_path_that_runs_any_row_count():
+    assert long_path_for(["linear", "mkldnn"]) == "mkldnn"
+    assert long_path_for(["mkldnn", "wxt"]) == "wxt"
+    assert long_path_for(["mkldnn", "linear"]) == "linear"
+    assert long_path_for(["mkldnn", "mkl16"]) == "linear"  # packed for 16 rows only
+    assert long_path_for([]) == "linear"
 
 
 def test_calibration_is_cached_per_machine_and_model(tmp_path):
     model = tiny_target().model
     plan, cal = calibrate(model, max_rows=4, reps=1, cache_dir=tmp_path)
     assert len(plan.linear) == 4 and set(plan.linear) <= set(PATHS)
+    assert plan.long_path == long_path_for(plan.linear)
     assert sorted(cal.times_ms, key=int) == ["1", "2", "3", "4"]
     for row, per_path in cal.times_ms.items():  # the chosen path is the fastest allowed one
         allowed = set(plan.linear) | {"linear"}

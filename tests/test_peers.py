@@ -267,9 +267,11 @@ def test_the_script_is_thin_over_the_shared_bench_code():
 
 
 def test_parse_ours_reads_model_levels_with_stop_and_alternatives():
-    got = bench_methods.parse_ours("ar, q4:12:50:2, ngram:1>q4:12:50>copy:24:6")
+    got = bench_methods.parse_ours("ar, q4:12:50:2, ngram:1>q4:12:50>copy:24:6, ngram:1:30>q4:12")
     assert got == {"ar": [], "q4:12:50:2": [("q4", [12, 50, 2])],
-                   "ngram:1>q4:12:50>copy:24:6": [("ngram", [1]), ("q4", [12, 50]), ("copy", [24, 6])]}
-    for bad in ("q4:12:50:9", "q4:12:100", "small:4:50:2:1", "lookup:4:2", "tree:3", "q4:0"):
+                   "ngram:1>q4:12:50>copy:24:6": [("ngram", [1]), ("q4", [12, 50]), ("copy", [24, 6])],
+                   "ngram:1:30>q4:12": [("ngram", [1, 30]), ("q4", [12])]}
+    for bad in ("q4:12:50:9", "q4:12:100", "small:4:50:2:1", "lookup:4:2", "tree:3", "q4:0", "ngram:1:100",
+                "ngram:1:30:2"):
         with pytest.raises(SystemExit, match=f"bad level {bad!r}"):
             bench_methods.parse_ours(bad)

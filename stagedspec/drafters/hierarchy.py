@@ -94,9 +94,16 @@ class NgramLevel(_TreeLevel):
     """Optional text file whose tokenization is added to the fixed counts."""
     tree: Any = None
     name: str = "ngram"
+    min_top: float = 0.0
+    """Draft from a distribution only when its likeliest token has at least this
+    probability (``KatzNgramDrafter``); 0: always draft."""
 
     def validate(self) -> None:
         _check_k(self.name, self.k)
+        m = self.min_top
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not 0.0 <= m < 1.0:
+            raise ValueError(f"level {self.name!r}: min_top must be a probability in [0, 1) (0: always draft), "
+                             f"got {m!r}")
         if not isinstance(self.order, int) or self.order < 1:
             raise ValueError(f"level {self.name!r}: order must be an integer >= 1, got {self.order!r}")
         if self.corpus_file is not None and not Path(self.corpus_file).is_file():
@@ -123,6 +130,7 @@ class NgramLevel(_TreeLevel):
             base = text_lm
         return KatzNgramDrafter(
             vocab_size=target.vocab_size, k=self.k, order=self.order, base=base, tree=self.shape, name=self.name,
+            min_top=float(self.min_top),
         )
 
 

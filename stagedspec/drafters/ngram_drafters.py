@@ -24,10 +24,19 @@ class KatzNgramDrafter(Drafter):
 
     def __init__(
         self, vocab_size: int, k: int = 4, order: int = 3, base: KatzBackoffLM | None = None,
-        tree: TreeShapeT = None, name: str = "ngram",
+        tree: TreeShapeT = None, name: str = "ngram", min_top: float = 0.0,
     ) -> None:
-        """``base``: fixed counts (a corpus) every row's LM adds to its own, shared, not copied."""
+        """``base``: fixed counts (a corpus) every row's LM adds to its own, shared, not copied.
+        ``min_top``: draft from a distribution only when its likeliest token has at least this
+        probability (at the root: no draft this round; deeper: the node gets no children). On
+        prose the context's counts are thin and a guess is rarely right, while each guess
+        costs the level above a row in its forward. The gate reads the LM's own distribution
+        before anything is drawn from it, so what is offered stays a function of the draft's
+        distributions and verification stays exact. 0: always draft."""
+        if isinstance(min_top, bool) or not isinstance(min_top, (int, float)) or not 0.0 <= min_top < 1.0:
+            raise ValueError(f"{name}: min_top must be a probability in [0, 1) (0: always draft), got {min_top!r}")
         self.vocab_size, self.k, self.order, self.tree, self.name = vocab_size, k, order, tree, name
+        self.min_top = float(min_top)
         self.base = base
         self.calls = 0
         self.seconds = 0.0
@@ -56,12 +65,15 @@ class KatzNgramDrafter(Drafter):
         for b, ctx in enumerate(contexts):
             self._absorb(b, ctx)
 
-    def _q(self, b: int, ctx: list[int]) -> NodeDist:
+    def _q(self, b: int, ctx: list[int]) -> NodeDist | None:
         """The LM's next-token distribution: its log-probabilities rank the alternatives,
-        the processed q (``probabilities_from_probs``'s rule) is what its pick is drawn from."""
+        the processed q (``probabilities_from_probs``'s rule) is what its pick is drawn from.
+        None when its likeliest token is below ``min_top`` (nothing drafted from it)."""
         t0 = time.perf_counter()
-        raw = torch.log(self.lms[b].distribution(ctx).float().clamp_min(1e-30))
-        dist = NodeDist.of(raw, self.sampling)
+        p = self.lms[b].distribution(ctx).float()
+        dist = None
+        if self.min_top <= 0.0 or float(p.max()) >= self.min_top:
+            dist = NodeDist.of(torch.log(p.clamp_min(1e-30)), self.sampling)
         self.seconds += time.perf_counter() - t0
         return dist
 

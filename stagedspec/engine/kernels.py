@@ -62,7 +62,7 @@ PATH_WXT = "wxt"  # (W @ x.T).T: the other operand order, which MKL runs as a di
 PATH_INT4 = "int4"  # 4-bit weights (groups of INT4_GROUP, scale and zero each): a draft's plan only
 INT4_GROUP = 32
 MKL_ROWS = (4, 8, 16)  # MKL sgemm with the weight packed for exactly b rows ("mkl4", ...)
-MAX_ROWS = 32  # row counts the calibration covers (a bypass draft of 24 verifies 25); more rows (prefill) take F.linear
+MAX_ROWS = 32  # row counts the calibration covers (a bypass draft of 24 verifies 25); more rows: KernelPlan.long_path
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ class KernelPlan:
     """Which GEMM path each row count takes, and the attention / cache choices.
 
     ``linear[m - 1]`` is the path for a Linear call on m rows (batch x new tokens);
-    row counts past the table take ``F.linear``.
+    row counts past the table (prefill) take ``long_path``.
     """
 
     name: str = "hf"
@@ -82,6 +82,11 @@ class KernelPlan:
     function (fused q/k/v and gate/up GEMMs, ``F.rms_norm``) instead of Hugging Face's
     modules: ~90 fewer GEMM calls and ~700 fewer small ops per forward; any other layer
     keeps HF's forward."""
+    long_path: str = PATH_LINEAR
+    """The path of Linear calls on more rows than ``linear`` covers (a prompt's prefill).
+    ``calibrate`` sets it with ``long_path_for``: the path the table chose at its largest
+    row count where that path takes any row count (oneDNN: 1.11 s against F.linear's 1.16-1.22 s
+    for a 163-token prefill of the 1.5B, 0.37 s against 0.40-0.41 s for the 0.5B, bf16)."""
     int4_rows: int = 0
     """Linear calls on at most this many rows multiply by a 4-bit copy of the weight
     (``PATH_INT4``: groups of 32, a scale and a zero each; torch's CPU weight-only kernel,
@@ -95,14 +100,14 @@ class KernelPlan:
     def bitwise_hf(self) -> bool:
         """True when every choice is Hugging Face's own (greedy equals ``generate``)."""
         return (not self.gqa_packing and not self.slot_cache and not self.lean_layers and not self.int4_rows
-                and all(p == PATH_LINEAR for p in self.linear))
+                and all(p == PATH_LINEAR for p in self.linear) and self.long_path == PATH_LINEAR)
 
     def path(self, rows: int, int4_ok: bool = True) -> str:
         """The GEMM path of a Linear call on ``rows`` rows (``int4_ok``: the module's
         shape fits the 4-bit kernel, ``int4_fits``)."""
         if rows <= self.int4_rows and int4_ok:
             return PATH_INT4
-        return self.linear[rows - 1] if rows <= len(self.linear) else PATH_LINEAR
+        return self.linear[rows - 1] if rows <= len(self.linear) else self.long_path
 
     def for_draft(self, int4_rows: int) -> "KernelPlan":
         """This plan for a draft model whose Linear calls on up to ``int4_rows`` rows take
@@ -129,6 +134,8 @@ class KernelPlan:
                 span = f"{start}" if start == m - 1 else f"{start}-{m - 1}"
                 runs.append(f"{span} {self.linear[start - 1]}")
                 start = m
+        if self.long_path != PATH_LINEAR:
+            runs.append(f"{len(self.linear) + 1}+ {self.long_path}")
         extras = [x for x, on in (("gqa packing", self.gqa_packing), ("slot cache", self.slot_cache),
                                   ("lean layers", self.lean_layers),
                                   (f"4-bit weights at 1-{self.int4_rows} rows", self.int4_rows)) if on]
@@ -136,6 +143,15 @@ class KernelPlan:
 
 
 HF_PLAN = KernelPlan()
+
+
+def long_path_for(linear: tuple[str, ...] | list[str]) -> str:
+    """The path for row counts past a calibrated table: the one chosen at its largest row
+    count when that path runs any row count at the speed it was timed at (oneDNN's
+    reordered weight, F.linear, the swapped operands); MKL's packed GEMM is packed for one
+    row count, so past the table it falls back to F.linear."""
+    last = linear[-1] if linear else PATH_LINEAR
+    return last if last in (PATH_LINEAR, PATH_MKLDNN, PATH_WXT) else PATH_LINEAR
 _ACTIVE: KernelPlan | None = None
 
 

@@ -88,7 +88,8 @@ INT4_ROWS = 2
 def parse_ours(spec: str) -> dict[str, list[tuple[str, list[int]]]]:
     """``--ours`` for a packaged pair: comma-separated hierarchies, each its levels lowest
     first joined by '>', each level ``kind:k[:min_match]``: ``lookup:k`` prompt lookup,
-    ``ngram:k`` the Katz n-gram over the context, ``small:k`` the packaged draft model,
+    ``ngram:k`` the Katz n-gram over the context (``ngram:k:G``: drafting only from a
+    distribution whose likeliest token has at least G percent, ``min_top``), ``small:k`` the packaged draft model,
     ``fr:k`` the same with a 32,768-token frequency-pruned head (``drafters/pruned_head.py``),
     ``q4:k`` the same model whose 1-2-row forwards take 4-bit weights (``INT4_ROWS``),
     ``small:k:P`` / ``fr:k:P`` / ``q4:k:P`` a draft that stops after a pick it gives less than P percent
@@ -106,10 +107,11 @@ def parse_ours(spec: str) -> dict[str, list[tuple[str, list[int]]]]:
         for part in item.split(">"):
             kind, *nums = part.split(":")
             if kind not in LEVEL_KINDS or not nums or not all(n.isdigit() and int(n) > 0 for n in nums) \
-                    or len(nums) > (3 if kind in ("copy", *MODEL_KINDS) else 1) \
+                    or len(nums) > (3 if kind in ("copy", *MODEL_KINDS) else 2 if kind == "ngram" else 1) \
+                    or (kind == "ngram" and len(nums) > 1 and int(nums[1]) >= 100) \
                     or (kind in MODEL_KINDS and len(nums) > 1 and int(nums[1]) >= 100) \
                     or (kind in MODEL_KINDS and len(nums) > 2 and int(nums[2]) > 8):
-                raise SystemExit(f"--ours: bad level {part!r} in {item!r}; valid: ar, lookup:K, ngram:K, "
+                raise SystemExit(f"--ours: bad level {part!r} in {item!r}; valid: ar, lookup:K, ngram:K[:MIN_TOP_PERCENT], "
                                  f"small:K[:STOP_PERCENT[:ALTS]], fr:..., q4:... (STOP_PERCENT 1-99, ALTS 1-8), copy:K[:MIN_MATCH[:MISS_BELOW]], joined "
                                  f"by '>' lowest first (e.g. ngram:4>small:8>copy:24:8, ngram:4>small:16:40)")
             levels.append((kind, [int(n) for n in nums]))
@@ -131,7 +133,7 @@ def pair_methods(target, small, spec: str) -> dict:
                 if kind == "lookup":
                     d = PromptLookupDrafter(k=nums[0], name="lookup")
                 elif kind == "ngram":
-                    d = KatzNgramDrafter(V, k=nums[0], name="ngram")
+                    d = KatzNgramDrafter(V, k=nums[0], name="ngram", min_top=nums[1] / 100 if len(nums) > 1 else 0.0)
                 elif kind in MODEL_KINDS:
                     d = ModelDrafter(fr_model if kind == "fr" else small.model, k=nums[0], lower=d, name="small",
                                      stop_below=nums[1] / 100 if len(nums) > 1 else 0.0,

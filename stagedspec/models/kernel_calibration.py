@@ -28,6 +28,7 @@ from stagedspec.engine.kernels import (
     apply_path,
     available_paths,
     gemm_modules,
+    long_path_for,
     install,
 )
 from .disk_cache import write_json_atomically
@@ -114,7 +115,8 @@ def calibrate(
     f = cache / f"{digest}.json"
     if f.is_file():
         cal = Calibration(**json.loads(f.read_text()))
-        plan = KernelPlan(**{**cal.plan, "linear": tuple(cal.plan["linear"])})
+        plan = KernelPlan(**{**cal.plan, "linear": tuple(cal.plan["linear"]),
+                             "long_path": long_path_for(cal.plan["linear"])})
         log.info("kernel plan from %s: %s", f, plan.describe())
         return plan, cal
     t0 = time.perf_counter()
@@ -133,7 +135,8 @@ def calibrate(
         for q in list(mod._stagedspec_packs):
             if q not in linear:
                 del mod._stagedspec_packs[q]
-    plan = KernelPlan(name=name, linear=tuple(linear), gqa_packing=True, slot_cache=True, lean_layers=True)
+    plan = KernelPlan(name=name, linear=tuple(linear), long_path=long_path_for(linear), gqa_packing=True,
+                      slot_cache=True, lean_layers=True)
     cal = Calibration(key={**key, **args}, times_ms=times, plan={**asdict(plan), "linear": list(plan.linear)},
                       seconds=time.perf_counter() - t0)
     write_json_atomically(f, asdict(cal), "kernel calibration", shown=cache)
