@@ -28,7 +28,7 @@ def figure(rows: list[dict], title: str = "") -> Figure:
     ax.bar(range(len(rows)), vals, yerr=[lo, hi], capsize=3, color=colors)
     ax.axhline(1.0, color="black", lw=0.8, ls="--")
     ax.set_xticks(range(len(rows)), labels, rotation=45, ha="right", fontsize=8)
-    ax.set_ylabel("tokens/s ÷ HF generate (geo. mean, 95% CI)")
+    ax.set_ylabel("tokens/s ÷ HF generate\n(geometric mean, 95% CI)")
     ax.grid(True, axis="y", alpha=0.3)
     if title:
         ax.set_title(title, fontsize=9)
