@@ -42,6 +42,12 @@ def _check_count(name: str, key: str, value: Any, hi: int, note: str, hi_label: 
         raise ValueError(f"level {name!r}: {key} must be an integer in 0..{hi_label or hi} ({note}), got {value!r}")
 
 
+def _check_probability(name: str, key: str, value: Any, note: str) -> None:
+    """Raise unless ``value`` is a number (not a bool) in [0, 1); ``note`` says what 0 means."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise ValueError(f"level {name!r}: {key} must be a probability in [0, 1) ({note}), got {value!r}")
+
+
 class _TreeLevel:
     """A level that can draft a tree: ``tree`` is the setting as configured (see
     ``TreeShape.parse``; None = a chain of k), ``shape`` the same setting parsed."""
@@ -100,10 +106,7 @@ class NgramLevel(_TreeLevel):
 
     def validate(self) -> None:
         _check_k(self.name, self.k)
-        m = self.min_top
-        if isinstance(m, bool) or not isinstance(m, (int, float)) or not 0.0 <= m < 1.0:
-            raise ValueError(f"level {self.name!r}: min_top must be a probability in [0, 1) (0: always draft), "
-                             f"got {m!r}")
+        _check_probability(self.name, "min_top", self.min_top, "0: always draft")
         if not isinstance(self.order, int) or self.order < 1:
             raise ValueError(f"level {self.name!r}: order must be an integer >= 1, got {self.order!r}")
         if self.corpus_file is not None and not Path(self.corpus_file).is_file():
@@ -224,10 +227,7 @@ class ModelLevel(_TreeLevel):
         if self.head is not None and (not isinstance(self.head, int) or isinstance(self.head, bool) or self.head < 1):
             raise ValueError(f"level {self.name!r}: head must be a number of tokens >= 1 (a pruned LM head) "
                              f"or null (the full head), got {self.head!r}")
-        s = self.stop_below
-        if isinstance(s, bool) or not isinstance(s, (int, float)) or not 0.0 <= s < 1.0:
-            raise ValueError(f"level {self.name!r}: stop_below must be a probability in [0, 1) (0: never stop "
-                             f"early), got {s!r}")
+        _check_probability(self.name, "stop_below", self.stop_below, "0: never stop early")
         _check_count(self.name, "stop_alternatives", self.stop_alternatives, 8,
                      "leaves beside the pick that stopped the draft; 0: none")
 

@@ -152,6 +152,8 @@ def long_path_for(linear: tuple[str, ...] | list[str]) -> str:
     row count, so past the table it falls back to F.linear."""
     last = linear[-1] if linear else PATH_LINEAR
     return last if last in (PATH_LINEAR, PATH_MKLDNN, PATH_WXT) else PATH_LINEAR
+
+
 _ACTIVE: KernelPlan | None = None
 
 
