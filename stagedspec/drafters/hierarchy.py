@@ -29,6 +29,7 @@ from .model_drafter import ModelDrafter
 from .ngram_drafters import KatzNgramDrafter, PromptLookupDrafter
 from .ngram_lm import KatzBackoffLM, read_corpus
 from .pruned_head import head_subset, pruned_copy
+from .tree_growth import check_probability
 
 
 def _check_k(name: str, k: Any) -> None:
@@ -43,9 +44,7 @@ def _check_count(name: str, key: str, value: Any, hi: int, note: str, hi_label: 
 
 
 def _check_probability(name: str, key: str, value: Any, note: str) -> None:
-    """Raise unless ``value`` is a number (not a bool) in [0, 1); ``note`` says what 0 means."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-        raise ValueError(f"level {name!r}: {key} must be a probability in [0, 1) ({note}), got {value!r}")
+    check_probability(f"level {name!r}", key, value, note)
 
 
 class _TreeLevel:

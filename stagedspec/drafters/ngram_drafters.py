@@ -10,7 +10,7 @@ import torch
 from stagedspec.engine.drafter_protocol import Drafter
 from stagedspec.engine.tree import DraftTree, TreeShapeT
 from .ngram_lm import KatzBackoffLM, prompt_lookup_candidates
-from .tree_growth import NodeDist, grow_trees
+from .tree_growth import NodeDist, check_probability, grow_trees
 
 
 class KatzNgramDrafter(Drafter):
@@ -33,8 +33,7 @@ class KatzNgramDrafter(Drafter):
         costs the level above a row in its forward. The gate reads the LM's own distribution
         before anything is drawn from it, so what is offered stays a function of the draft's
         distributions and verification stays exact. 0: always draft."""
-        if isinstance(min_top, bool) or not isinstance(min_top, (int, float)) or not 0.0 <= min_top < 1.0:
-            raise ValueError(f"{name}: min_top must be a probability in [0, 1) (0: always draft), got {min_top!r}")
+        check_probability(name, "min_top", min_top, "0: always draft")
         self.vocab_size, self.k, self.order, self.tree, self.name = vocab_size, k, order, tree, name
         self.min_top = float(min_top)
         self.base = base

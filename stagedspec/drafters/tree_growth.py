@@ -51,6 +51,13 @@ def pick_probability(dist: NodeDist, token: int) -> float:
     return float(torch.softmax(dist.raw, -1)[token])
 
 
+def check_probability(who: str, key: str, value, note: str) -> None:
+    """Raise unless ``value`` is a number (not a bool) in [0, 1): a draft's probability
+    threshold (``stop_below``, an n-gram's ``min_top``); ``note`` says what 0 means."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise ValueError(f"{who}: {key} must be a probability in [0, 1) ({note}), got {value!r}")
+
+
 def confident(dist: NodeDist, token: int, stop_below: float) -> bool:
     """Whether the draft goes on after offering ``token`` as its pick: its probability is
     at least ``stop_below`` (0: always). A stopping rule that reads only the draft's own
