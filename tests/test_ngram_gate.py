@@ -21,21 +21,9 @@ from .test_greedy_exact import N_NEW, _prompts, _reference
 from .test_sampling_exact import chi2, chi2_critical
 
 
-def _expected_chain(vocab: int, ctx: list[int], k: int, min_top: float, order: int = 3) -> list[int]:
-    """By hand: the greedy chain an LM over ``ctx`` drafts, ending before the first
-    distribution whose top probability is below ``min_top`` (or at k)."""
-    lm = KatzBackoffLM(vocab, order)
-    lm.update(ctx)
-    out: list[int] = []
-    while len(out) < k:
-        p = lm.distribution(ctx + out)
-        if float(p.max()) < min_top:
-            break
-        out.append(int(p.argmax()))
-    return out
-
-
-def _tops(vocab: int, ctx: list[int], k: int, order: int = 3) -> list[float]:
+def _greedy_walk(vocab: int, ctx: list[int], k: int, order: int = 3) -> tuple[list[int], list[float]]:
+    """By hand: an LM over ``ctx`` followed greedily for k tokens, and the top probability
+    of the distribution each token was picked from."""
     lm = KatzBackoffLM(vocab, order)
     lm.update(ctx)
     out, tops = [], []
@@ -43,19 +31,25 @@ def _tops(vocab: int, ctx: list[int], k: int, order: int = 3) -> list[float]:
         p = lm.distribution(ctx + out)
         tops.append(float(p.max()))
         out.append(int(p.argmax()))
-    return tops
+    return out, tops
+
+
+def _expected_chain(tokens: list[int], tops: list[float], min_top: float) -> list[int]:
+    """The gated draft: the walk up to the first distribution whose top is below ``min_top``."""
+    n = next((i for i, t in enumerate(tops) if t < min_top), len(tokens))
+    return tokens[:n]
 
 
 def test_the_gate_cuts_the_chain_where_the_top_probability_falls_below_it():
     V, ctx, k = 64, [3, 9, 4, 3, 9, 4, 3, 9, 7, 3, 9], 4
-    tops = _tops(V, ctx, k)
+    tokens, tops = _greedy_walk(V, ctx, k)
     assert max(tops) > min(tops)  # the chain's distributions differ in how sure they are
     for min_top in [0.0] + sorted(set(tops)) + [max(tops) + 1e-4]:
         d = KatzNgramDrafter(V, k=k, min_top=min_top)
         d.setup(SamplingConfig(), torch.Generator())
         d.reset(1)
         (tree,) = d.propose([ctx])
-        assert tree.tokens == _expected_chain(V, ctx, k, min_top), min_top
+        assert tree.tokens == _expected_chain(tokens, tops, min_top), min_top
         assert tree.parents == list(range(-1, len(tree.tokens) - 1))
     # a gate just above the root's top probability offers nothing at all
     d = KatzNgramDrafter(V, k=k, min_top=tops[0] + 1e-4)
