@@ -20,7 +20,9 @@ On the embedded SmolLM2-135M, one dtype, one thread count, the same prompts:
 
 A method whose draft file is missing, or that transformers refuses, is skipped with the
 reason printed. Measurements are interleaved (each group of prompts runs every method, in
-an order rotated per group and repeat) and repeated ``--repeats`` times; each one is
+an order rotated per group and repeat) and repeated ``--repeats`` times, repeat r with
+seed ``--seed`` + r (sampled repeats are different samples, so a sampled method's median
+over repeats is over samples as well as timing noise; greedy runs do not depend on it); each one is
 appended to ``<out>/measurements.jsonl`` as it ends, keyed by a hash of the settings that
 affect the numbers, so a killed run resumes where it stopped (``--max-measurements``
 stops early on purpose).
@@ -69,7 +71,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 HASHED = ("data", "data_path", "prompts", "max_new_tokens", "threads", "device", "dtype", "temperature", "k", "tree",
           "lower_k", "kernels", "assistant_schedule", "prompt_lookup", "early_exit", "target", "draft", "ours",
-          "assistant_tokens", "first_prompt", "stride")
+          "assistant_tokens", "first_prompt", "stride", "seed")
 """The arguments that change the numbers: the measurements' key (with the draft files)."""
 
 
@@ -127,6 +129,8 @@ def parse_args(argv=None):
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--batch-sizes", default="1,2,4,8", help="our methods' batch sizes (HF's: 1)")
     ap.add_argument("--temperature", type=float, default=0.0, help="> 0: every method samples")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="repeat r samples with seed SEED + r, every method (HF: torch's global generator)")
     ap.add_argument("--k", type=int, default=4, help="draft length of the chains")
     ap.add_argument("--lower-k", type=int, default=2, help="draft length of the lookup and n-gram chains and of the staged method's n-gram level")
     ap.add_argument("--tree", default='{"widths": [2, 2, 1, 1]}', help="the feature tree; '' for none")
@@ -175,7 +179,7 @@ def main(argv=None) -> None:
     wbytes = step_bytes(target.model)
     probes = {"read": [read_bandwidth()], "copy": [copy_bandwidth()]}  # again after the runs: it drifts
     plan = kernel_plan(target, args.kernels)
-    sampling = SamplingConfig(temperature=args.temperature, seed=0)
+    sampling = SamplingConfig(temperature=args.temperature, seed=args.seed)  # repeat r: seed + r
 
     if args.draft:
         dspec = ModelSpec(source="embedded", embedded=args.draft, dtype=args.dtype, device=args.device)
@@ -204,7 +208,7 @@ def main(argv=None) -> None:
           f"{probes['read'][0] / 1e9:.2f} GB/s read = {wbytes / probes['read'][0] * 1e3:.2f} ms per target call at least")
 
     records = run_measurements(methods, batches, prompts, args.max_new_tokens, batch_sizes, args.repeats,
-                               out / "measurements.jsonl", chash, limit=args.max_measurements)
+                               out / "measurements.jsonl", chash, limit=args.max_measurements, seed=args.seed)
     if assist:
         after = assistant_settings(info["assistant"])
         print(f"HF assistant (after the runs; 'heuristic' carries its count across calls): {after}")

@@ -43,8 +43,8 @@ def fake_methods(clock: FakeClock, calls: list):
     """hf: 1 s per token; fast: 0.5 s per token at batch 1, 0.75 s per step at batch 2;
     wrong: fast but its outputs differ from hf's on prompt 1."""
     def make(name, per_token, differs=False):
-        def run(prompts, n):
-            calls.append((name, len(prompts), n))
+        def run(prompts, n, seed):
+            calls.append((name, len(prompts), n, seed))
             outs = [[(sum(p) + j) % 97 for j in range(n)] for p in prompts]
             if differs:
                 outs = [o if p[0] != 11 else [o[0] + 1] + o[1:] for p, o in zip(prompts, outs)]
@@ -106,6 +106,40 @@ def test_resume_after_a_kill_gives_the_same_table_and_no_duplicates(tmp_path):
     t_res = bench_table.summarize(resumed, CATS, greedy=True, min_s_per_call=0.1)
     assert t_full == t_res
     assert bench_table.markdown(t_full) == bench_table.markdown(t_res)
+
+
+def test_repeat_r_runs_every_method_with_seed_plus_r(tmp_path):
+    calls = []
+    recs = bench_log.run_measurements(fake_methods(FakeClock(), calls), BATCHES, PROMPTS, 6, [1, 2], 3,
+                                      tmp_path / "m.jsonl", "cfg", log=lambda s: None, seed=40)
+    by_cell = {bench_log.record_key(r): r["seed"] for r in recs}
+    assert len(by_cell) == 63 and all(seed == 40 + key[3] for key, seed in by_cell.items())
+    timed = [c for c in calls if c[2] == 6]  # the warm-ups run 8 tokens
+    assert sorted({c[3] for c in timed}) == [40, 41, 42]
+    assert [c[3] for c in timed] == [40 + c.repeat for c in bench_log.schedule(BATCHES, 5, [1, 2], 3)]
+
+
+def test_sampled_runs_draw_from_the_seed_they_are_given():
+    """HF (torch's global generator) and ours (the decoder's own) at T = 1 on a tiny
+    target: the same seed gives the same tokens, whatever ran in between; another seed
+    other tokens (16 tokens over a 128-token vocabulary at T = 1: a chance collision is
+    negligible)."""
+    import torch
+
+    from stagedspec.drafters import KatzNgramDrafter
+    from stagedspec.engine.sampling import SamplingConfig
+    from tests.helpers import tiny_target
+
+    target = tiny_target()
+    p = [[5, 6, 7, 8, 5, 6, 7]]
+    fns = {"hf": bench_methods.hf_fn(target.model, [], 1.0),
+           "ngram>target": bench_methods.ours_fn(target, lambda: KatzNgramDrafter(target.vocab_size, k=3),
+                                                 SamplingConfig(temperature=1.0, seed=0), [], peers_plan())}
+    for name, fn in fns.items():
+        a = fn(p, 16, 3)["outputs"]
+        torch.rand(7)  # moves the global generator between the runs
+        assert fn(p, 16, 3)["outputs"] == a, name
+        assert fn(p, 16, 4)["outputs"] != a, name
 
 
 def test_more_repeats_resume_the_same_measurements(tmp_path):
@@ -253,9 +287,9 @@ def test_hf_methods_on_a_tiny_target_with_a_layers_draft(tmp_path):
     assert settings["num_assistant_tokens_schedule"] == "heuristic"
     assert settings["num_assistant_tokens"] is not None and settings["assistant_confidence_threshold"] is not None
     p = [[5, 6, 7, 8, 5, 6, 7]]
-    want = made["hf"](p, 6)["outputs"]
+    want = made["hf"](p, 6, 0)["outputs"]
     for name, fn in made.items():
-        assert fn(p, 6)["outputs"] == want, name
+        assert fn(p, 6, 0)["outputs"] == want, name
     made, skipped, _ = bench_methods.hf_methods(args, target.model, target.name, {**files, "layers": tmp_path / "none"}, [])
     assert "hf_assisted_layers" not in made and "no layers draft" in skipped["hf_assisted_layers"]
 

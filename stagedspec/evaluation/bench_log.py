@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-RunFn = Callable[[list[list[int]], int], dict]
-"""A method: (prompts, max_new_tokens) -> {"outputs": [ids per prompt], and for ours
-"target_calls", "target_forward_time", "rounds", "drafted", "accepted"}."""
+RunFn = Callable[[list[list[int]], int, int], dict]
+"""A method: (prompts, max_new_tokens, seed) -> {"outputs": [ids per prompt], and for ours
+"target_calls", "target_forward_time", "rounds", "drafted", "accepted"}. A sampling method
+draws from ``seed`` (greedy ones ignore it)."""
 
 
 @dataclass(frozen=True)
@@ -83,11 +84,15 @@ def run_measurements(
     methods: dict[str, RunFn], batches: dict[str, list[int]], prompts: list[list[int]], max_new_tokens: int,
     batch_sizes: list[int], repeats: int, path: Path, config_hash: str, limit: int | None = None,
     warmup_tokens: int = 8, clock: Callable[[], float] = time.perf_counter, log: Callable[[str], None] = print,
+    seed: int = 0,
 ) -> list[dict]:
     """Run every cell of ``schedule`` not yet in ``path`` (skipping done ones keeps the
     interleaving of a resumed run), appending one JSON line per measurement; stop after
     ``limit`` new ones. Each method is warmed up once (untimed) before its first new
-    measurement. Returns this schedule's measurements, old and new."""
+    measurement. Repeat r runs every method with seed ``seed + r``: sampled repeats are
+    different samples (the same for every method's repeat r, as a seed, not as draws), so a
+    median over repeats spans samples as well as timing noise. Returns this schedule's
+    measurements, old and new."""
     path.parent.mkdir(parents=True, exist_ok=True)
     drop_torn_tail(path)
     cells = schedule(batches, len(prompts), batch_sizes, repeats)
@@ -106,14 +111,14 @@ def run_measurements(
                 log(f"stopping after {new} new measurements (limit); rerun to resume")
                 break
             if c.method not in warm and warmup_tokens:
-                methods[c.method]([prompts[c.prompts[0]]], warmup_tokens)
+                methods[c.method]([prompts[c.prompts[0]]], warmup_tokens, seed)
                 warm.add(c.method)
             batch = [prompts[i] for i in c.prompts]
             t0 = clock()
-            out = methods[c.method](batch, max_new_tokens)
+            out = methods[c.method](batch, max_new_tokens, seed + c.repeat)
             seconds = clock() - t0
             rec = {"config": config_hash, "method": c.method, "batch": c.batch, "group": c.group,
-                   "prompts": list(c.prompts), "repeat": c.repeat,
+                   "prompts": list(c.prompts), "repeat": c.repeat, "seed": seed + c.repeat,
                    "tokens": sum(len(o) for o in out["outputs"]), "seconds": seconds,
                    "outputs": [list(map(int, o)) for o in out["outputs"]],
                    **{k: out.get(k) for k in ("target_calls", "target_forward_time", "rounds", "drafted", "accepted")}}

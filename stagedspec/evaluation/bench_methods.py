@@ -5,6 +5,7 @@ a ``RunFn``; ``parse_ours`` reads the hierarchies of a packaged pair from one st
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -34,8 +35,8 @@ def hf_generate(model, prompt: list[int], n: int, eos: list[int] | None = None, 
 
 
 def ours_fn(target, make, sampling, eos, plan) -> RunFn:
-    def run(prompts, n):
-        res = SpeculativeDecoder(target.model, make(), sampling, eos, plan=plan).generate(prompts, n)
+    def run(prompts, n, seed):
+        res = SpeculativeDecoder(target.model, make(), replace(sampling, seed=seed), eos, plan=plan).generate(prompts, n)
         s = res.summary()
         top = res.sequences[0].draft_level
         return {"outputs": [q.output_ids for q in res.sequences], "target_calls": res.target_calls,
@@ -46,7 +47,8 @@ def ours_fn(target, make, sampling, eos, plan) -> RunFn:
 
 
 def hf_fn(model, eos, temperature, **kw) -> RunFn:
-    def run(prompts, n):
+    def run(prompts, n, seed):
+        torch.manual_seed(seed)  # HF samples from torch's global generator
         return {"outputs": [hf_generate(model, p, n, eos=eos, temperature=temperature, **kw) for p in prompts]}
     return run
 
@@ -168,7 +170,7 @@ def pair_hf_methods(args, hf_model, hf_draft, eos) -> tuple[dict, dict, dict]:
     candidates["hf_prompt_lookup"] = hf_fn(hf_model, eos, T, prompt_lookup_num_tokens=args.prompt_lookup)
     for name, fn in candidates.items():
         try:
-            fn([[1, 2, 3, 4]], 4)
+            fn([[1, 2, 3, 4]], 4, 0)
             made[name] = fn
         except Exception as e:
             skipped[name] = f"transformers refused: {type(e).__name__}: {e}"
@@ -195,7 +197,7 @@ def hf_methods(args, hf_model, target_name: str, files: dict[str, Path], eos) ->
     candidates["hf_early_exit"] = hf_fn(hf_model, eos, T, assistant_early_exit=args.early_exit)
     for name, fn in candidates.items():
         try:
-            fn([[1, 2, 3, 4]], 4)  # transformers refuses at the first call, if at all
+            fn([[1, 2, 3, 4]], 4, 0)  # transformers refuses at the first call, if at all
             made[name] = fn
         except Exception as e:
             skipped[name] = f"transformers refused: {type(e).__name__}: {e}"
