@@ -89,10 +89,10 @@ def run_measurements(
     """Run every cell of ``schedule`` not yet in ``path`` (skipping done ones keeps the
     interleaving of a resumed run), appending one JSON line per measurement; stop after
     ``limit`` new ones. Each method is warmed up once (untimed) before its first new
-    measurement. Repeat r runs every method with seed ``seed + r``: sampled repeats are
-    different samples (the same for every method's repeat r, as a seed, not as draws), so a
-    median over repeats spans samples as well as timing noise. Returns this schedule's
-    measurements, old and new."""
+    measurement. Repeat r runs every method with seed ``seed + r``, so sampled repeats are
+    different samples and a median over repeats is over samples as well as timing noise
+    (the methods share the seed, not the draws: each consumes its generator its own way).
+    Returns this schedule's measurements, old and new."""
     path.parent.mkdir(parents=True, exist_ok=True)
     drop_torn_tail(path)
     cells = schedule(batches, len(prompts), batch_sizes, repeats)
