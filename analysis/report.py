@@ -192,6 +192,29 @@ def runs_table(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def exactness_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Greedy runs with a plain baseline: the share of prompt turns whose output is plain
+    decoding's, and where one is not, the earliest token where an output leaves it and the
+    widest top-two logit gap of the target at such a token, in steps of its dtype."""
+    d = configs(runs)
+    if d.empty or "metrics.ar_match_rate" not in d:
+        return pd.DataFrame()
+    d = d[(d["temperature"] == 0) & d["metrics.ar_match_rate"].notna()].sort_values(["method", "draft_k"])
+    rows = []
+    for r in d.to_dict("records"):
+        n = metric(r, "n_prompts")
+        found = metric(r, "ar_divergences")
+        rows.append({
+            "method": r["method"], "draft_k": _number(r["draft_k"]),
+            "identical to plain": f"{metric(r, 'ar_match_rate'):.0%}" + (f" of {n:.0f}" if not pd.isna(n) else ""),
+            "first divergence (token)": "–" if not found > 0 else f"{metric(r, 'ar_first_divergence_min'):.0f}",
+            "widest top-two gap there (dtype steps)": "–" if not found > 0 else
+            f"{metric(r, 'ar_divergence_gap_steps_max'):.1f}",
+            "run": r["run_id"][:8],
+        })
+    return pd.DataFrame(rows)
+
+
 def parent_metrics(runs: pd.DataFrame) -> dict[str, float]:
     """What the parent run shows of its sweep: the best speedup overall and per category,
     each with its 95% interval (``best_speedup``, ``best_speedup_ci_low``, ...,
@@ -293,6 +316,15 @@ def _markdown(experiment, tracking_uri, parent, runs, plotted, skipped, views=No
                 out.append(f"- _{note}_")
         out.append("")
     out += ["## All runs", "", markdown_table(runs_table(runs)), ""]
+    exact = exactness_table(runs)
+    if not exact.empty:
+        out += ["## Greedy outputs against plain decoding", "", markdown_table(exact), "",
+                "In float32 with `kernels=hf` greedy speculation reproduces plain decoding token for token (the "
+                "tests hold it). In bfloat16 a forward scoring several rows rounds differently from a one-row "
+                "forward, so where the target's two likeliest tokens are a near-tie the pick can flip; each "
+                "differing output is reported with the first token where it leaves plain decoding's and the "
+                "target's top-two logit gap there (`divergence` in the job's `outputs.jsonl`). A gap of a few "
+                "steps of the dtype is rounding; a wide one would be a bug.", ""]
     out += ["## Answers, coloured by level", "", *views_section(runs, views or {}), ""]
     out += ["## Cost model: predicted vs measured", "", *prediction_note(runs), ""]
     return "\n".join(out)

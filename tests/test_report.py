@@ -376,3 +376,23 @@ def test_analysis_does_not_import_the_engine():
             "or (m.startswith('stagedspec.') and not m.startswith('stagedspec.metrics'))}; "
             "assert not bad, bad; assert 'stagedspec.metrics.run_schema' in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
+
+
+def test_exactness_table_reports_divergences_of_greedy_runs_only():
+    from analysis.report import exactness_table
+
+    runs = pd.DataFrame({
+        "run_id": ["a" * 8, "b" * 8, "c" * 8], "params.method": ["small>target", "copy>target", "small>target"],
+        "params.draft_k": [4, 10, 4], "params.temperature": [0.0, 0.0, 0.7], "params.batch_size": [1] * 3,
+        "metrics.n_prompts": [3, 3, 3], "metrics.ar_match_rate": [2 / 3, 1.0, np.nan],
+        "metrics.ar_divergences": [1, 0, np.nan], "metrics.ar_first_divergence_min": [17, np.nan, np.nan],
+        "metrics.ar_divergence_gap_steps_max": [1.5, np.nan, np.nan],
+    })
+    t = exactness_table(runs).set_index("method")
+    assert list(t.index) == ["copy>target", "small>target"]  # the sampled run is left out
+    assert t.loc["small>target", "identical to plain"] == "67% of 3"
+    assert t.loc["small>target", "first divergence (token)"] == "17"
+    assert t.loc["small>target", "widest top-two gap there (dtype steps)"] == "1.5"
+    assert t.loc["copy>target", "identical to plain"] == "100% of 3"
+    assert t.loc["copy>target", "first divergence (token)"] == "–"
+    assert exactness_table(runs.drop(columns=["metrics.ar_match_rate"])).empty

@@ -83,6 +83,7 @@ def test_sweep_logs_every_job_and_resumes(tmp_path, questions):
             assert m[f"mean_accepted_tokens_per_call/{cat}"] >= 1.0
         if p["temperature"] == "0.0":
             assert m["ar_match_rate"] == 1.0, "greedy speculation must reproduce greedy decoding"
+            assert m["ar_divergences"] == 0.0 and "ar_first_divergence_min" not in m
         assert len(t["stagedspec.config_hash"]) == 64 and t["stagedspec.target_model"].startswith("tiny")
         assert {"config.yaml", "outputs.jsonl", "metrics.json", "outputs_table.json"} <= {
             a.path for a in client.list_artifacts(r.info.run_id)}

@@ -52,6 +52,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from stagedspec.drafters.hierarchy import build_hierarchy
 from stagedspec.engine.decoding import SpeculativeDecoder
+from stagedspec.evaluation.divergence import divergence_metrics, divergences
 from stagedspec.evaluation.paired import decode_paired, job_metrics
 from stagedspec.evaluation.prediction import calibration_ids, predict
 from stagedspec.models.chat_text import encode, eos_token_ids, ids_to_text
@@ -175,6 +176,11 @@ def _run_job(
             ar = run  # the method *is* the baseline: speedup 1 by definition
 
     metrics = job_metrics(run, ar, plan.sampling.greedy, prediction)
+    if plan.sampling.greedy and ar is not None and ar is not run:  # where greedy left plain decoding, and why
+        found = divergences(target.model, run.records, ar.records)
+        for rec, d in zip(run.records, found):
+            rec["divergence"] = d
+        metrics |= divergence_metrics(found)
     metrics["model_load_s"] = load_s
     if choice is not None:  # the tree's prediction beside what the run measured (tokens_per_call)
         metrics.update(choice.metrics())
@@ -215,7 +221,7 @@ def outputs_table(plan: JobPlan, records: list[dict], ar_records: list[dict]) ->
     ar = {(r["question_id"], r["turn"]): r for r in ar_records}
     cols: dict[str, list] = {k: [] for k in (
         "question_id", "category", "turn", "question", "answer", "new_tokens", "target_calls", "tokens_per_call",
-        "finished", "plain_answer", "same_as_plain")}
+        "finished", "plain_answer", "same_as_plain", "first_divergence", "divergence_gap_steps")}
     for r in records:
         calls = len(r["rounds"])
         other = ar.get((r["question_id"], r["turn"]))
@@ -230,6 +236,9 @@ def outputs_table(plan: JobPlan, records: list[dict], ar_records: list[dict]) ->
         cols["finished"].append(r["finished_reason"])
         cols["plain_answer"].append(other["text"] if other else None)
         cols["same_as_plain"].append(other["output_ids"] == r["output_ids"] if other else None)
+        d = r.get("divergence")  # greedy jobs: where the output left plain decoding's
+        cols["first_divergence"].append(d["position"] if d else None)
+        cols["divergence_gap_steps"].append(round(d["gap_steps"], 2) if d else None)
     return cols
 
 

@@ -374,7 +374,12 @@ def child_note(name: str, m: dict[str, float], data_text: str, max_new_tokens: i
                      f"{_num(m, 'acceptance_rate')}; {100 * m.get('wasted_target_fraction', 0):.0f}% of "
                      "target-scored positions discarded")
     if "ar_match_rate" in m:
-        lines.append(f"- Greedy output identical to plain decoding on {100 * m['ar_match_rate']:.0f}% of prompt turns")
+        line = f"- Greedy output identical to plain decoding on {100 * m['ar_match_rate']:.0f}% of prompt turns"
+        if m.get("ar_divergences"):
+            line += (f"; the others leave it at token {m['ar_first_divergence_min']:.0f} at the earliest, where "
+                     f"the target's top-two logit gap was at most {m['ar_divergence_gap_steps_max']:.1f} steps of "
+                     "its dtype (a near-tie that rounding flips; `divergence` in `outputs.jsonl`)")
+        lines.append(line)
     lines += ["", "Per prompt: `outputs_table.json` (artifacts); which level wrote which token: `view.html`; "
               "per position: the `position_acceptance` chart."]
     return "\n".join(lines)
