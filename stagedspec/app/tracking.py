@@ -378,7 +378,8 @@ def child_note(name: str, m: dict[str, float], data_text: str, max_new_tokens: i
         if m.get("ar_divergences"):
             line += (f"; the others leave it at token {m['ar_first_divergence_min']:.0f} at the earliest, where "
                      f"the target's top-two logit gap was at most {m['ar_divergence_gap_steps_max']:.1f} steps of "
-                     "its dtype (a near-tie that rounding flips; `divergence` in `outputs.jsonl`)")
+                     "its dtype (a few steps: a near-tie that rounding flips; many: a bug; `divergence` in "
+                     "`outputs.jsonl`)")
         lines.append(line)
     lines += ["", "Per prompt: `outputs_table.json` (artifacts); which level wrote which token: `view.html`; "
               "per position: the `position_acceptance` chart."]
