@@ -28,6 +28,7 @@ from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.evaluation.bench_methods import hf_generate
 from stagedspec.evaluation.bench_machine import time_forward
 from stagedspec.evaluation.bench_setup import setup
+from stagedspec.evaluation.divergence import first_divergence, top2_gap
 from stagedspec.models.kernel_calibration import calibrate
 from stagedspec.models.model_loading import ModelSpec, load_model
 
@@ -44,13 +45,8 @@ def mismatches(target, hf_model, plan, prompts: list[list[int]], n_new: int) -> 
     for p in prompts:
         ref = hf_generate(hf_model, p, n_new)
         ours = dec.generate([p], n_new).sequences[0].output_ids
-        at = next((i for i, (a, b) in enumerate(zip(ref, ours)) if a != b), None)
-        gap = None
-        if at is not None:
-            with torch.no_grad():
-                logits = hf_model(torch.tensor([p + ref[:at]])).logits[0, -1]
-            top = torch.topk(logits.float(), 2).values
-            gap = float(top[0] - top[1])
+        at = first_divergence(ours, ref)
+        gap = None if at is None else top2_gap(hf_model, p + ref[:at])[0]
         out.append({"first_mismatch": at, "top2_gap": gap})
     return out
 
