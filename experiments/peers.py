@@ -39,6 +39,7 @@ before and after the runs (``experiments/bench_floor.py`` probes beside every st
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -71,7 +72,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 HASHED = ("data", "data_path", "prompts", "max_new_tokens", "threads", "device", "dtype", "temperature", "k", "tree",
           "lower_k", "kernels", "assistant_schedule", "prompt_lookup", "early_exit", "target", "draft", "ours",
-          "assistant_tokens", "first_prompt", "stride", "seed")
+          "assistant_tokens", "first_prompt", "stride", "seed", "weights")
 """The arguments that change the numbers: the measurements' key (with the draft files)."""
 
 
@@ -147,6 +148,8 @@ def parse_args(argv=None):
     ap.add_argument("--max-measurements", type=int, default=None, help="stop after this many new measurements")
     ap.add_argument("--no-figure", action="store_true")
     ap.add_argument("--target", default="smollm2-135m", help="packaged target (stagedspec/models/packaged.py)")
+    ap.add_argument("--weights", default="gguf_q4", help="our target's weights: gguf_q4 (the GGUF's own 4-bit "
+                    "blocks where the kernel plan finds them faster) or dense (--dtype throughout); HF's are dense")
     ap.add_argument("--draft", default=None, help="packaged draft model for HF assisted generation and our "
                     "'small' level (e.g. qwen2.5-coder-0.5b); with it, --ours names our methods")
     ap.add_argument("--ours", default="ar,copy:10:1,small:8,ngram:4>small:8>copy:24:8",
@@ -167,9 +170,10 @@ def main(argv=None) -> None:
     files = draft_files(args.drafts)
     batch_sizes = [int(b) for b in args.batch_sizes.split(",") if b.strip()]
     greedy = args.temperature == 0
-    spec = ModelSpec(source="embedded", embedded=args.target, dtype=args.dtype, device=args.device)
+    spec = ModelSpec(source="embedded", embedded=args.target, dtype=args.dtype, device=args.device,
+                     weights=args.weights)
     target = load_model(spec)
-    hf_model = load_model(spec).model  # untouched: HF's own kernels
+    hf_model = load_model(dataclasses.replace(spec, weights="dense")).model  # untouched: HF's own kernels
     if args.stride < 1:
         raise SystemExit(f"--stride must be >= 1, got {args.stride}")
     qs = pick_prompts(load_prompt_set(args.data, path=args.data_path)[args.first_prompt::args.stride], args.prompts)

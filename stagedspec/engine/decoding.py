@@ -39,10 +39,11 @@ class SpeculativeDecoder:
     ) -> None:
         """``plan``: the kernel path of every model forward, target and draft levels alike
         (``kernels.py``); the default is Hugging Face's own, bit for bit."""
-        if plan.int4_rows:
-            raise ValueError(f"kernel plan {plan.describe()!r} multiplies by 4-bit weights (int4_rows="
+        if plan.int4_rows and not plan.int4_exact:
+            raise ValueError(f"kernel plan {plan.describe()!r} multiplies by re-quantized 4-bit weights (int4_rows="
                              f"{plan.int4_rows}), which changes the model: only a draft level may use it "
-                             f"(levels.<name>.int4_rows); give the target a plan with int4_rows=0")
+                             f"(levels.<name>.int4_rows); give the target a plan with int4_rows=0, or its file's "
+                             f"own 4-bit weights (target.weights=gguf_q4)")
         self.plan = plan
         self.kv = KVModel(target, name=TARGET, plan=plan)
         self.drafter = drafter

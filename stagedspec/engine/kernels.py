@@ -87,6 +87,11 @@ class KernelPlan:
     ``calibrate`` sets it with ``long_path_for``: the path the table chose at its largest
     row count where that path takes any row count (oneDNN: 1.11 s against F.linear's 1.16-1.22 s
     for a 163-token prefill of the 1.5B, 0.37 s against 0.40-0.41 s for the 0.5B, bf16)."""
+    int4_exact: bool = False
+    """With ``int4_rows``: only modules holding their GGUF's own 4-bit codes take the 4-bit
+    path (the same weights as the dense path, up to one rounding of the scales: a target's
+    plan, ``target.weights=gguf_q4``); False: every module that fits, re-quantized from its
+    dense weight (a draft's plan)."""
     int4_rows: int = 0
     """Linear calls on at most this many rows multiply by a 4-bit copy of the weight
     (``PATH_INT4``: groups of 32, a scale and a zero each; torch's CPU weight-only kernel,
@@ -114,7 +119,7 @@ class KernelPlan:
         4-bit weights (0: the plan unchanged)."""
         if not int4_rows:
             return self
-        return dataclasses.replace(self, int4_rows=int4_rows, name=f"{self.name}+int4<={int4_rows}")
+        return dataclasses.replace(self, int4_rows=int4_rows, int4_exact=False, name=f"{self.name}+int4<={int4_rows}")
 
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:
@@ -136,9 +141,10 @@ class KernelPlan:
                 start = m
         if self.long_path != PATH_LINEAR:
             runs.append(f"{len(self.linear) + 1}+ {self.long_path}")
+        own = "the file's own " if self.int4_exact else ""
         extras = [x for x, on in (("gqa packing", self.gqa_packing), ("slot cache", self.slot_cache),
                                   ("lean layers", self.lean_layers),
-                                  (f"4-bit weights at 1-{self.int4_rows} rows", self.int4_rows)) if on]
+                                  (f"{own}4-bit weights at 1-{self.int4_rows} rows", self.int4_rows)) if on]
         return f"{self.name}: " + "; ".join([", ".join(runs) or "linear"] + extras)
 
 
@@ -193,11 +199,17 @@ def int4_fits(module: nn.Linear) -> bool:
     return out_f % 16 == 0 and in_f % INT4_GROUP == 0
 
 
-def _int4_pack(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    q, scale, lo = int4_quantize(weight)
+def int4_pack_codes(q: torch.Tensor, scale: torch.Tensor, lo: torch.Tensor,
+                    dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Codes q ([out, in], 0..15) with per-group scale and minimum ([in / group, out], weight
+    ``q * scale + lo``) in the layout of torch's CPU int4 kernel, its scales in ``dtype``."""
     # the kernel computes (q - 8) * scale + zero
-    scales_zeros = torch.stack([scale, lo + 8 * scale], -1).to(weight.dtype)
-    return torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1), scales_zeros
+    scales_zeros = torch.stack([scale, lo + 8 * scale], -1).to(dtype)
+    return torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1), scales_zeros
+
+
+def _int4_pack(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return int4_pack_codes(*int4_quantize(weight), weight.dtype)
 
 
 def _pack(weight: torch.Tensor, path: str):
@@ -237,11 +249,20 @@ def apply_path(module: nn.Linear, path: str, x: torch.Tensor) -> torch.Tensor:
     return y.reshape(*x.shape[:-1], y.shape[-1])
 
 
+def int4_allowed(module: nn.Linear, plan: KernelPlan) -> bool:
+    """Whether ``module`` takes the 4-bit path under ``plan`` at its int4 row counts: under an
+    exact plan only modules holding their file's own 4-bit codes (``models/gguf_int4.py``),
+    else any module whose shape fits the kernel (re-quantized: a draft's plan)."""
+    if plan.int4_exact:
+        return getattr(module, "_stagedspec_int4_exact", False)
+    return int4_fits(module)
+
+
 def _dispatch_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     plan = _ACTIVE
     if plan is None or not (plan.linear or plan.int4_rows):
         return F.linear(x, self.weight, self.bias)
-    return apply_path(self, plan.path(_rows(x), not plan.int4_rows or int4_fits(self)), x)
+    return apply_path(self, plan.path(_rows(x), not plan.int4_rows or int4_allowed(self, plan)), x)
 
 
 def available_paths(dtype: torch.dtype, device: torch.device) -> list[str]:
@@ -396,19 +417,27 @@ def _ensure_fused(layer: nn.Module) -> tuple[nn.Linear, nn.Linear]:
     return fused
 
 
-def gemm_modules(model: nn.Module) -> list[nn.Linear]:
-    """The Linear modules a lean forward calls, in order: per Llama layer the fused q/k/v,
-    o, fused gate/up and down projections; every other Linear as it is."""
-    out: list[nn.Linear] = []
+def gemm_module_parts(model: nn.Module) -> list[tuple[nn.Linear, list[str]]]:
+    """The Linear modules a lean forward calls, in order, each with the names of the
+    model's Linears it computes: per Llama layer the fused q/k/v, o, fused gate/up and down
+    projections; every other Linear as it is."""
+    out: list[tuple[nn.Linear, list[str]]] = []
     inside: set[int] = set()
-    for mod in model.modules():
+    for name, mod in model.named_modules():
         if hasattr(mod, "_stagedspec_forward"):
             qkv, gate_up = _ensure_fused(mod)
-            out += [qkv, mod.self_attn.o_proj, gate_up, mod.mlp.down_proj]
+            p = f"{name}." if name else ""
+            out += [(qkv, [f"{p}self_attn.{x}_proj" for x in "qkv"]), (mod.self_attn.o_proj, [f"{p}self_attn.o_proj"]),
+                    (gate_up, [f"{p}mlp.gate_proj", f"{p}mlp.up_proj"]), (mod.mlp.down_proj, [f"{p}mlp.down_proj"])]
             inside |= {id(m) for m in mod.modules()}
         elif isinstance(mod, nn.Linear) and id(mod) not in inside:
-            out.append(mod)
+            out.append((mod, [name]))
     return out
+
+
+def gemm_modules(model: nn.Module) -> list[nn.Linear]:
+    """The Linear modules a lean forward calls, in order (``gemm_module_parts``)."""
+    return [mod for mod, _ in gemm_module_parts(model)]
 
 
 def prepack(model: nn.Module, plan: KernelPlan) -> int:
@@ -422,7 +451,7 @@ def prepack(model: nn.Module, plan: KernelPlan) -> int:
         for mod in gemm_modules(model) if paths else ():
             packs = mod.__dict__.setdefault("_stagedspec_packs", {})
             for q in paths:
-                if q not in packs and (q != PATH_INT4 or int4_fits(mod)):
+                if q not in packs and (q != PATH_INT4 or (int4_fits(mod) and not plan.int4_exact)):
                     packs[q] = _pack(mod.weight, q)
                     made += 1
     return made

@@ -25,6 +25,7 @@ from stagedspec.engine.kernels import (
     PATH_MKLDNN,
     PATH_WXT,
     KernelPlan,
+    PATH_INT4,
     apply_path,
     available_paths,
     gemm_modules,
@@ -50,6 +51,19 @@ class Calibration:
     times_ms: dict[str, dict[str, float]] = field(default_factory=dict)  # rows -> path -> ms
     plan: dict = field(default_factory=dict)
     seconds: float = 0.0
+    int4_ms: dict[str, dict[str, float]] = field(default_factory=dict)
+    """rows -> {"int4": ms, "dense": ms}: one pass over the modules holding their file's own
+    4-bit codes, through the int4 kernel and through the plan's dense path."""
+
+
+INT4_MAX_ROWS = 8
+"""Row counts the exact 4-bit path is timed at (torch's int4 kernel grows about linearly
+with the rows; past a few rows the dense GEMM wins)."""
+
+
+def exact_int4_modules(model: nn.Module) -> list[nn.Linear]:
+    """The GEMM modules holding their file's own 4-bit codes (``models/gguf_int4.py``)."""
+    return [m for m in gemm_modules(model) if getattr(m, "_stagedspec_int4_exact", False)]
 
 
 def _linears(model: nn.Module) -> list[nn.Linear]:
@@ -63,6 +77,7 @@ def calibration_key(model: nn.Module, dtype: torch.dtype, threads: int, device: 
         "torch": torch.__version__, "model": getattr(getattr(model, "config", None), "_name_or_path", "") or "",
         "weights": hashlib.sha256(json.dumps(sizes).encode()).hexdigest()[:16], "n_linear": len(sizes),
         "dtype": str(dtype).removeprefix("torch."), "threads": threads, "device": str(device),
+        "int4_exact": len(exact_int4_modules(model)),
     }
 
 
@@ -131,17 +146,36 @@ def calibrate(
         cands = [q for q in paths if not q.startswith("mkl") or q == PATH_MKLDNN or m <= int(q[3:]) < 2 * m]
         times[str(m)] = {q: _time_pass(mods, xs, q, reps) for q in cands}
     linear = _choose(times, max_packs) if times else [PATH_LINEAR] * max_rows
+    int4_ms = _time_exact_int4(model, linear, reps)
+    int4_rows = next((int(m) - 1 for m, t in int4_ms.items() if t["int4"] >= t["dense"]), len(int4_ms))
     for mod in mods:  # drop the packs the plan does not use
         for q in list(mod._stagedspec_packs):
-            if q not in linear:
+            if q not in linear and not (q == PATH_INT4 and getattr(mod, "_stagedspec_int4_exact", False)):
                 del mod._stagedspec_packs[q]
     plan = KernelPlan(name=name, linear=tuple(linear), long_path=long_path_for(linear), gqa_packing=True,
-                      slot_cache=True, lean_layers=True)
+                      slot_cache=True, lean_layers=True, int4_rows=int4_rows, int4_exact=bool(int4_rows))
     cal = Calibration(key={**key, **args}, times_ms=times, plan={**asdict(plan), "linear": list(plan.linear)},
-                      seconds=time.perf_counter() - t0)
+                      seconds=time.perf_counter() - t0, int4_ms=int4_ms)
     write_json_atomically(f, asdict(cal), "kernel calibration", shown=cache)
     log.info("calibrated kernels in %.1f s: %s", cal.seconds, plan.describe())
     return plan, cal
+
+
+def _time_exact_int4(model: nn.Module, linear: list[str], reps: int) -> dict[str, dict[str, float]]:
+    """For 1.. ``INT4_MAX_ROWS`` rows, until the dense path wins: one pass over the modules
+    holding their file's own 4-bit codes through the int4 kernel, and through the path
+    ``linear`` chose for that row count (the same weights either way)."""
+    mods = exact_int4_modules(model)
+    out: dict[str, dict[str, float]] = {}
+    if not mods or mods[0].weight.device.type != "cpu":
+        return out
+    dtype = mods[0].weight.dtype
+    for m in range(1, min(INT4_MAX_ROWS, len(linear)) + 1):
+        xs = [torch.randn(m, mod.in_features, dtype=dtype) for mod in mods]
+        out[str(m)] = {"int4": _time_pass(mods, xs, PATH_INT4, reps), "dense": _time_pass(mods, xs, linear[m - 1], reps)}
+        if out[str(m)]["int4"] >= out[str(m)]["dense"]:
+            break
+    return out
 
 
 def _choose(times: dict[str, dict[str, float]], max_packs: int) -> list[str]:

@@ -25,12 +25,14 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from . import gguf_int4
 from .packaged import PACKAGED, chunk_path, gguf_file, packaged
 
 log = logging.getLogger(__name__)
 
 SOURCES = ("embedded", "hf", "gguf", "tiny", "truncated")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+WEIGHTS = ("dense", "gguf_q4")
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flex_attention", "flash_attention_2", "flash_attention_3")
 
 # Small enough that a forward takes well under a millisecond on a CPU; tests change
@@ -73,6 +75,10 @@ class ModelSpec:
     tiny: dict | None = None
     seed: int = 0
     attn_implementation: str = "sdpa"
+    weights: str = "dense"
+    """"dense": every weight in ``dtype`` (a GGUF dequantized once); "gguf_q4": besides, the
+    GGUF's own 4-bit blocks (Q4_K, Q4_1) for torch's CPU int4 kernel, which a fast kernel plan
+    uses at the row counts where it is faster (``models/gguf_int4.py``)."""
 
     def validate(self) -> None:
         """Raise ValueError / FileNotFoundError naming the bad value; loads nothing."""
@@ -85,6 +91,11 @@ class ModelSpec:
             raise ValueError(
                 f"unknown attn_implementation {self.attn_implementation!r}; valid: {list(ATTN_IMPLEMENTATIONS)}"
             )
+        if self.weights not in WEIGHTS:
+            raise ValueError(f"unknown weights {self.weights!r}; valid: {list(WEIGHTS)}")
+        if self.weights == "gguf_q4" and (self.source not in ("embedded", "gguf") or self.device != "cpu"):
+            raise ValueError(f"weights='gguf_q4' reads a GGUF's 4-bit blocks for a CPU kernel; source "
+                             f"{self.source!r} on {self.device!r} has none: set weights=dense")
         if self.source == "embedded" and self.embedded not in PACKAGED:
             raise ValueError(f"unknown embedded model {self.embedded!r}; valid: {sorted(PACKAGED)}")
         if self.threads is not None and (not _is_int(self.threads) or self.threads < 1):
@@ -186,17 +197,21 @@ def load_model(spec: ModelSpec) -> LoadedModel:
         name = path.name
     elif spec.source == "embedded" and len(packaged(spec.embedded).chunks) > 1:
         pm = packaged(spec.embedded)
-        model, tokenizer, cache_path, cache_hit = _load_gguf_cached(
-            lambda work: gguf_file(pm.name, work), pm.gguf_name, pm.size, spec, dtype)
+        get_gguf = lambda work: gguf_file(pm.name, work)  # noqa: E731
+        model, tokenizer, cache_path, cache_hit = _load_gguf_cached(get_gguf, pm.gguf_name, pm.size, spec, dtype)
         name = pm.gguf_name.removesuffix(".gguf")
     else:  # a GGUF file: given, or shipped whole in a package
         gguf = embedded_gguf_path(spec.embedded) if spec.source == "embedded" else Path(spec.path).expanduser().resolve()
-        model, tokenizer, cache_path, cache_hit = _load_gguf_cached(
-            lambda work: (gguf, False), gguf.name, gguf.stat().st_size, spec, dtype)
+        get_gguf = lambda work: (gguf, False)  # noqa: E731
+        model, tokenizer, cache_path, cache_hit = _load_gguf_cached(get_gguf, gguf.name, gguf.stat().st_size, spec,
+                                                                    dtype)
         name = gguf.name.removesuffix(".gguf")
     model = model.to(device=spec.device, dtype=dtype)
     model.eval()
     model.requires_grad_(False)
+    if spec.weights == "gguf_q4":
+        attached, failed = gguf_int4.attach(model, gguf_int4.load_blocks(cache_path, get_gguf))
+        log.info("%s: %d GEMM modules hold the GGUF's own 4-bit codes (%d failed the check)", name, attached, failed)
     load_time = time.perf_counter() - t0
     loaded = LoadedModel(
         model=model,
@@ -318,6 +333,8 @@ def _load_gguf_cached(
     try:
         model = _from_pretrained(gguf.parent, spec, torch.float32, gguf_file=gguf.name)
         tokenizer = _load_tokenizer_if_any(gguf.parent, gguf_file=gguf.name)
+        # the 4-bit blocks too, while the GGUF is at hand (else the first gguf_q4 load assembles it again)
+        blocks = gguf_int4.read_blocks(gguf) if spec.weights == "gguf_q4" else None
     finally:
         if temporary:
             gguf.unlink(missing_ok=True)
@@ -326,6 +343,8 @@ def _load_gguf_cached(
         save_cache_atomically(model, tokenizer, cache)
     except OSError as e:  # a read-only or full disk costs speed, not correctness
         log.warning("could not write the model cache %s: %s", cache, e)
+    if blocks and cache.is_dir():
+        gguf_int4.save_blocks(cache, blocks)
     return model, tokenizer, cache, False
 
 

@@ -1,0 +1,173 @@
+"""A GGUF's own 4-bit blocks as the weights of torch's CPU int4 kernel (``target.weights=gguf_q4``).
+
+A Q4_K super-block holds 256 weights of one row as 8 groups of 32: 4-bit codes q (0..15)
+and, per group, a scale ``d * sc`` and a minimum ``dmin * m`` (d, dmin float16 per
+super-block; sc, m 6-bit integers), so that ``w = (d * sc) * q - dmin * m``. That is the
+form torch's weight-only int4 kernel multiplies by (``_weight_int4pack_mm_for_cpu``: groups
+of 32 input columns, a scale and an offset each), so the codes carry over bit for bit; the
+kernel keeps the scale and offset in the activations' dtype, so they are rounded once to it
+(the dense copy of the same weights is the GGUF's values rounded to that dtype: both paths
+hold the GGUF's weights up to one rounding). Q4_1 (SmolLM2's file) has the same form with one
+group per block, and its scale and minimum are float16 values themselves.
+
+Tensors in other formats (Q6_K: the 1.5B's ``ffn_down``, ``attn_v`` and output head; Q5_0,
+Q8_0) have no such form and keep the dense path, and so does a fused GEMM with any such part
+(the lean layers' q/k/v, whose v is Q6_K in the 1.5B). Each module's codes are checked
+against its dense weight before they are used: the decoded values, rounded to the model's
+dtype, must equal the dense weight exactly (a loader that permutes rows, as Hugging Face's
+does for Llama's q/k, fails the check and that module stays dense).
+
+The raw blocks of the tensors used are cached beside the dequantized model
+(``q4_blocks.safetensors``, the GGUF's bytes, about 0.5 GB for the 1.5B), so a later load
+needs no GGUF.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from stagedspec.engine.kernels import INT4_GROUP, PATH_INT4, gemm_module_parts, int4_fits, int4_pack_codes, install
+
+log = logging.getLogger(__name__)
+
+BLOCKS_FILE = "q4_blocks.safetensors"
+Q4K_BLOCK_BYTES, Q4K_WEIGHTS = 144, 256  # a Q4_K super-block: d, dmin (2 + 2), scales (12), codes (128)
+Q41_BLOCK_BYTES, Q41_WEIGHTS = 20, 32  # a Q4_1 block: d, m (2 + 2), codes (16)
+
+_GGUF_TO_HF = {
+    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+
+
+def hf_linear_name(gguf_name: str) -> str | None:
+    """``blk.3.ffn_up.weight`` -> ``model.layers.3.mlp.up_proj``; ``output.weight`` ->
+    ``lm_head``; None for tensors that are not a decoder Linear's weight."""
+    if gguf_name == "output.weight":
+        return "lm_head"
+    parts = gguf_name.split(".")
+    if len(parts) == 4 and parts[0] == "blk" and parts[3] == "weight" and parts[2] in _GGUF_TO_HF:
+        return f"model.layers.{parts[1]}.{_GGUF_TO_HF[parts[2]]}"
+    return None
+
+
+def read_blocks(gguf_path: str | Path) -> dict[str, torch.Tensor]:
+    """The raw Q4_K / Q4_1 blocks of every decoder Linear weight in a GGUF file, by the
+    Hugging Face module name, prefixed ``q4_k:`` or ``q4_1:`` (uint8, [out, blocks * bytes])."""
+    import gguf  # the GGUF reader (a dependency; imported here as only this function reads files)
+
+    kinds = {gguf.GGMLQuantizationType.Q4_K: "q4_k", gguf.GGMLQuantizationType.Q4_1: "q4_1"}
+    out: dict[str, torch.Tensor] = {}
+    for t in gguf.GGUFReader(gguf_path).tensors:
+        name = hf_linear_name(t.name)
+        if name is not None and t.tensor_type in kinds:
+            out[f"{kinds[t.tensor_type]}:{name}"] = torch.from_numpy(np.array(t.data, dtype=np.uint8))
+    return out
+
+
+def decode_q4k(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Q4_K rows ([out, n * 144] bytes) -> codes q ([out, in], int32, 0..15), and per group of
+    32 the scale s and minimum lo ([out, in / 32], float32) with ``w = s * q + lo``: the same
+    float32 values as gguf's own ``Q4_K.dequantize_blocks`` computes, term by term."""
+    from gguf.quants import Q4_K
+
+    rows = blocks.shape[0]
+    b = blocks.numpy().reshape(-1, Q4K_BLOCK_BYTES)
+    d = b[:, 0:2].copy().view(np.float16).astype(np.float32)
+    dmin = b[:, 2:4].copy().view(np.float16).astype(np.float32)
+    sc, m = Q4_K.get_scale_min(b[:, 4:16].copy())
+    scale = d * sc.astype(np.float32)  # [blocks, 8]
+    lo = -(dmin * m.astype(np.float32))
+    qs = b[:, 16:].reshape(-1, 4, 1, 32) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)
+    codes = (qs & np.uint8(0x0F)).reshape(rows, -1)
+    return (torch.from_numpy(codes.astype(np.int32)), torch.from_numpy(scale.reshape(rows, -1)),
+            torch.from_numpy(lo.reshape(rows, -1)))
+
+
+def decode_q41(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Q4_1 rows ([out, n * 20] bytes) -> codes, scale, minimum as ``decode_q4k``:
+    ``w = d * q + m`` per block of 32 (low nibbles are weights 0-15, high 16-31)."""
+    rows = blocks.shape[0]
+    b = blocks.numpy().reshape(-1, Q41_BLOCK_BYTES)
+    d = b[:, 0:2].copy().view(np.float16).astype(np.float32)
+    m = b[:, 2:4].copy().view(np.float16).astype(np.float32)
+    qs = b[:, 4:].reshape(-1, 1, 16) >> np.array([0, 4], dtype=np.uint8).reshape(1, 2, 1)
+    codes = (qs & np.uint8(0x0F)).reshape(rows, -1)
+    return torch.from_numpy(codes.astype(np.int32)), torch.from_numpy(d.reshape(rows, -1)), torch.from_numpy(
+        m.reshape(rows, -1))
+
+
+def decode(key: str, blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return (decode_q4k if key.startswith("q4_k:") else decode_q41)(blocks)
+
+
+def save_blocks(cache_path: Path, blocks: dict[str, torch.Tensor]) -> None:
+    """Write ``blocks`` to ``cache_path``/q4_blocks.safetensors atomically (a failure to write
+    costs the next load a pass over the GGUF, not correctness)."""
+    from safetensors.torch import save_file
+
+    f = cache_path / BLOCKS_FILE
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{BLOCKS_FILE}.", dir=cache_path)
+        os.close(fd)
+        save_file(blocks, tmp)
+        os.replace(tmp, f)
+    except OSError as e:
+        log.warning("could not cache the 4-bit blocks in %s: %s", f, e)
+
+
+def load_blocks(cache_path: Path | None, get_gguf: Callable[[Path], tuple[Path, bool]]) -> dict[str, torch.Tensor]:
+    """The 4-bit blocks, from ``cache_path``/q4_blocks.safetensors, else read from the GGUF
+    (``get_gguf(workdir)`` -> (path, temporary), as the loader's) and cached there."""
+    from safetensors.torch import load_file
+
+    if cache_path is not None and (cache_path / BLOCKS_FILE).is_file():
+        return load_file(cache_path / BLOCKS_FILE)
+    work = Path(tempfile.mkdtemp(prefix="stagedspec-gguf-"))
+    try:
+        path, temporary = get_gguf(work)
+        blocks = read_blocks(path)
+        if temporary:
+            path.unlink(missing_ok=True)
+    finally:
+        for p in work.iterdir():
+            p.unlink()
+        work.rmdir()
+    if cache_path is not None and cache_path.is_dir():
+        save_blocks(cache_path, blocks)
+    return blocks
+
+
+def attach(model: nn.Module, blocks: dict[str, torch.Tensor]) -> tuple[int, int]:
+    """Give every GEMM module of ``model`` whose parts all have 4-bit blocks its int4 pack,
+    made from those blocks, after checking the decoded weights against the dense ones.
+    Returns (modules given a pack, modules whose check failed). Installs the kernels first
+    (the lean layers' fused GEMMs are among the modules)."""
+    install(model)
+    by_name = {k.split(":", 1)[1]: k for k in blocks}
+    attached = failed = 0
+    with torch.no_grad():
+        for mod, names in gemm_module_parts(model):
+            if not names or any(n not in by_name for n in names) or not int4_fits(mod):
+                continue
+            parts = [decode(by_name[n], blocks[by_name[n]]) for n in names]
+            codes, scale, lo = (torch.cat([p[i] for p in parts]) for i in range(3))
+            dense = (scale.repeat_interleave(INT4_GROUP, 1) * codes + lo.repeat_interleave(INT4_GROUP, 1))
+            if codes.shape != mod.weight.shape or not torch.equal(dense.to(mod.weight.dtype), mod.weight):
+                failed += 1
+                log.warning("4-bit blocks of %s do not match its dense weight: it stays dense", "+".join(names))
+                continue
+            mod._stagedspec_packs[PATH_INT4] = int4_pack_codes(codes, scale.T.contiguous(), lo.T.contiguous(),
+                                                                mod.weight.dtype)
+            mod._stagedspec_int4_exact = True
+            attached += 1
+    return attached, failed

@@ -1,0 +1,146 @@
+"""A GGUF's own 4-bit blocks as the target's weights (``target.weights=gguf_q4``): the codes,
+scales and minima decoded exactly as gguf's own dequantization computes them, attached only
+where they reproduce the dense weight, and a target decoding through them giving the dense
+target's output."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType as QT
+from gguf.quants import dequantize, quantize
+
+from stagedspec.engine import kernels
+from stagedspec.engine.decoding import SpeculativeDecoder
+from stagedspec.engine.kernels import HF_PLAN, KernelPlan
+from stagedspec.engine.sampling import SamplingConfig
+from stagedspec.models import gguf_int4
+from stagedspec.models.model_loading import ModelSpec, load_model
+
+from .test_greedy_exact import N_NEW, _prompts
+
+EXACT = KernelPlan(name="exact4", linear=("linear",) * 8, gqa_packing=True, slot_cache=True, lean_layers=True,
+                   int4_rows=8, int4_exact=True)
+DENSE = KernelPlan(name="dense", linear=("linear",) * 8, gqa_packing=True, slot_cache=True, lean_layers=True)
+
+
+def _random_q4k_blocks(rows: int, blocks: int, seed: int = 0) -> np.ndarray:
+    """Random Q4_K rows: positive float16 d and dmin, random 6-bit scales and minima, codes."""
+    rng = np.random.default_rng(seed)
+    b = rng.integers(0, 256, size=(rows * blocks, gguf_int4.Q4K_BLOCK_BYTES), dtype=np.uint8)
+    b[:, 0:2] = rng.uniform(1e-3, 1e-2, rows * blocks).astype(np.float16).view(np.uint8).reshape(-1, 2)
+    b[:, 2:4] = rng.uniform(1e-3, 1e-2, rows * blocks).astype(np.float16).view(np.uint8).reshape(-1, 2)
+    return b.reshape(rows, -1)
+
+
+def _rebuilt(codes: torch.Tensor, scale: torch.Tensor, lo: torch.Tensor) -> torch.Tensor:
+    g = gguf_int4.INT4_GROUP
+    return scale.repeat_interleave(g, 1) * codes + lo.repeat_interleave(g, 1)
+
+
+def test_q4k_codes_scales_and_minima_rebuild_ggufs_own_dequantization_bit_for_bit():
+    raw = _random_q4k_blocks(rows=6, blocks=3)
+    codes, scale, lo = gguf_int4.decode_q4k(torch.from_numpy(raw))
+    assert codes.shape == (6, 768) and scale.shape == lo.shape == (6, 24)
+    assert int(codes.min()) == 0 and int(codes.max()) == 15
+    ref = torch.from_numpy(dequantize(raw, QT.Q4_K)).reshape(6, 768)
+    assert torch.equal(_rebuilt(codes, scale, lo), ref)
+
+
+def test_q41_codes_rebuild_ggufs_own_dequantization_bit_for_bit():
+    w = np.random.default_rng(1).standard_normal((5, 96)).astype(np.float32)
+    raw = quantize(w, QT.Q4_1)
+    codes, scale, lo = gguf_int4.decode_q41(torch.from_numpy(raw))
+    assert codes.shape == (5, 96) and scale.shape == (5, 3)
+    assert torch.equal(_rebuilt(codes, scale, lo), torch.from_numpy(dequantize(raw, QT.Q4_1)).reshape(5, 96))
+
+
+def test_gguf_tensor_names_map_to_the_linears_they_weigh():
+    assert gguf_int4.hf_linear_name("blk.3.ffn_up.weight") == "model.layers.3.mlp.up_proj"
+    assert gguf_int4.hf_linear_name("blk.0.attn_output.weight") == "model.layers.0.self_attn.o_proj"
+    assert gguf_int4.hf_linear_name("output.weight") == "lm_head"
+    assert gguf_int4.hf_linear_name("token_embd.weight") is None
+    assert gguf_int4.hf_linear_name("blk.0.attn_norm.weight") is None
+
+
+def _q4_target(seed: int = 0):
+    """A tiny float32 Llama whose Linear weights are put on Q4_1's grid (gguf's own
+    quantizer), with the blocks a GGUF of it would hold."""
+    t = load_model(ModelSpec(source="tiny", seed=seed, tiny={"vocab_size": 128, "num_hidden_layers": 2,
+                                                            "initializer_range": 0.05}))
+    blocks: dict[str, torch.Tensor] = {}
+    with torch.no_grad():
+        for name, mod in t.model.named_modules():
+            if isinstance(mod, torch.nn.Linear):
+                raw = quantize(mod.weight.numpy(), QT.Q4_1)
+                mod.weight.copy_(torch.from_numpy(dequantize(raw, QT.Q4_1)).reshape(mod.weight.shape))
+                blocks[f"q4_1:{name}"] = torch.from_numpy(raw)
+    return t, blocks
+
+
+def test_attach_packs_every_gemm_module_whose_blocks_reproduce_its_weight():
+    t, blocks = _q4_target()
+    bad = "model.layers.1.mlp.down_proj"
+    wrong = blocks.copy()
+    wrong[f"q4_1:{bad}"] = blocks[f"q4_1:{bad}"].roll(1, 0)  # rows of another module: values differ
+    attached, failed = gguf_int4.attach(t.model, wrong)
+    parts = kernels.gemm_module_parts(t.model)
+    # per layer: fused q/k/v, o, fused gate/up, down; and the LM head
+    assert len(parts) == 9 and (attached, failed) == (8, 1)
+    exact = {"+".join(n) for m, n in parts if getattr(m, "_stagedspec_int4_exact", False)}
+    assert bad not in exact and "lm_head" in exact
+    assert "model.layers.0.self_attn.q_proj+model.layers.0.self_attn.k_proj+model.layers.0.self_attn.v_proj" in exact
+
+
+def test_a_target_on_its_own_4bit_codes_computes_the_dense_targets_logits_and_greedy_output():
+    """Through the exact plan every GEMM of 1-8 rows runs torch's int4 kernel on the file's
+    codes; the logits equal the dense path's to float32 rounding and the greedy output is
+    the dense target's token for token, plain and speculative."""
+    from stagedspec.drafters import ModelDrafter
+
+    from .helpers import other_small
+
+    t, blocks = _q4_target()
+    prompts = _prompts(3)
+    ref = [s.output_ids for s in SpeculativeDecoder(t.model, None, SamplingConfig(), plan=HF_PLAN)
+           .generate(prompts, N_NEW).sequences]
+    assert gguf_int4.attach(t.model, blocks) == (9, 0)
+    calls: list[str] = []
+    real = kernels.apply_path
+    kernels.apply_path = lambda mod, path, x: calls.append(path) or real(mod, path, x)
+    try:
+        for drafter in (None, ModelDrafter(other_small(t.vocab_size), k=3)):
+            dec = SpeculativeDecoder(t.model, drafter, SamplingConfig(), plan=EXACT)
+            assert [s.output_ids for s in dec.generate(prompts, N_NEW).sequences] == ref
+    finally:
+        kernels.apply_path = real
+    assert calls.count(kernels.PATH_INT4) > 100
+    ids = torch.tensor([[5, 17, 99, 3, 64, 7]])
+    with torch.no_grad():
+        with DENSE.active():
+            dense = t.model(ids).logits
+        with EXACT.active():
+            four = t.model(ids).logits
+    err = float((four - dense).norm() / dense.norm())
+    assert err < 1e-5, err  # another kernel, the same weights (here float32 sums them alike: 0)
+
+
+def test_a_target_plan_with_re_quantized_4bit_weights_is_still_refused():
+    t, _ = _q4_target(seed=3)
+    with pytest.raises(ValueError, match=r"re-quantized 4-bit weights \(int4_rows=2\).*target.weights=gguf_q4"):
+        SpeculativeDecoder(t.model, None, SamplingConfig(), plan=DENSE.for_draft(2))
+    assert not DENSE.for_draft(2).int4_exact and not EXACT.for_draft(2).int4_exact
+    # an exact plan never packs a module from its dense weight
+    plain = torch.nn.Linear(64, 32)
+    plain._stagedspec_packs = {}
+    assert not kernels.int4_allowed(plain, EXACT) and kernels.int4_allowed(plain, EXACT.for_draft(2))
+
+
+@pytest.mark.parametrize("spec,match", [
+    (dict(source="tiny", weights="q4"), r"unknown weights 'q4'; valid: \['dense', 'gguf_q4'\]"),
+    (dict(source="tiny", weights="gguf_q4"), r"weights='gguf_q4'.*source 'tiny'.*set weights=dense"),
+])
+def test_bad_weights_are_refused_before_loading(spec, match):
+    with pytest.raises(ValueError, match=match):
+        ModelSpec(**spec).validate()
