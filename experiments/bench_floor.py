@@ -22,7 +22,7 @@ import json
 
 import torch
 
-from stagedspec.engine.kernels import apply_path, gemm_modules
+from stagedspec.engine.kernels import apply_path, gemm_modules, int4_allowed
 from stagedspec.engine.kv_cache import KVModel
 from stagedspec.evaluation.bench_machine import (floor_pairs, step_bytes, summarize_pairs, time_forward,
                                                   weight_bytes)
@@ -37,6 +37,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--kernels", default="fast", choices=["fast", "hf"])
     ap.add_argument("--context", type=int, default=250, help="cached tokens before the timed step")
+    ap.add_argument("--weights", default="gguf_q4", help="the target's weights: gguf_q4 or dense")
     ap.add_argument("--pairs", type=int, default=15)
     ap.add_argument("--gemv", action="store_true", help="also time the model's GEMMs alone at one row")
     ap.add_argument("--json", default=None)
@@ -44,13 +45,13 @@ def main() -> None:
     if args.pairs < 2:
         raise SystemExit(f"--pairs must be >= 2 (an interval needs two), got {args.pairs}")
     torch.set_num_threads(args.threads)
-    target = load_model(ModelSpec(source="embedded", embedded=args.target, dtype=args.dtype))
+    target = load_model(ModelSpec(source="embedded", embedded=args.target, dtype=args.dtype, weights=args.weights))
     plan = kernel_plan(target, args.kernels)
     kv = KVModel(target.model, plan=plan)
     kv.reset(1)
     g = torch.Generator().manual_seed(0)
     context = torch.randint(0, target.vocab_size, (args.context,), generator=g).tolist()
-    nbytes = step_bytes(target.model)
+    nbytes = step_bytes(target.model, plan=plan)  # the 4-bit packs' bytes where the plan's 1-row step reads them
     with plan.active(), torch.no_grad():
         kv.extend_chain(kv.sync([context[:-1]]), want_last=False)
         for _ in range(3):
@@ -59,8 +60,8 @@ def main() -> None:
         if args.gemv:
             mods = gemm_modules(target.model)
             x = {m: torch.randn(1, m.in_features, dtype=m.weight.dtype) for m in mods}
-            path = plan.path(1)
-            steps.append(("gemms", lambda: [apply_path(m, path, x[m]) for m in mods]))
+            paths = {m: plan.path(1, int4_allowed(m, plan)) for m in mods}
+            steps.append(("gemms", lambda: [apply_path(m, paths[m], x[m]) for m in mods]))
         results = {}
         for name, fn in steps:
             results[name] = summarize_pairs(floor_pairs(fn, nbytes, pairs=args.pairs))

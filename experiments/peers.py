@@ -180,9 +180,9 @@ def main(argv=None) -> None:
     prompts = [encode_prompt(target.tokenizer, q.turns[:1]) for q in qs]
     cats = [q.category for q in qs]
     eos = eos_token_ids(target)
-    wbytes = step_bytes(target.model)
     probes = {"read": [read_bandwidth()], "copy": [copy_bandwidth()]}  # again after the runs: it drifts
     plan = kernel_plan(target, args.kernels)
+    wbytes = step_bytes(target.model, plan=plan)
     sampling = SamplingConfig(temperature=args.temperature, seed=args.seed)  # repeat r: seed + r
 
     if args.draft:

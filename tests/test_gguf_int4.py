@@ -144,3 +144,19 @@ def test_a_target_plan_with_re_quantized_4bit_weights_is_still_refused():
 def test_bad_weights_are_refused_before_loading(spec, match):
     with pytest.raises(ValueError, match=match):
         ModelSpec(**spec).validate()
+
+
+def test_a_step_on_the_4bit_path_reads_the_packs_bytes_instead_of_the_dense_weights():
+    from stagedspec.evaluation.bench_machine import step_bytes
+
+    t, blocks = _q4_target()
+    gguf_int4.attach(t.model, blocks)
+    dense = step_bytes(t.model)
+    # tiny Llama, hidden 64, intermediate 128, 2 layers, vocab 128: per layer q/k/v 128x64, o 64x64,
+    # gate/up 256x64, down 64x128; head 128x64. The 4-bit pack of an [out, in] weight: in/2 bytes of
+    # codes per row, and per group of 32 a scale and an offset in float32 (8 bytes)
+    shapes = [(128, 64), (64, 64), (256, 64), (64, 128)] * 2 + [(128, 64)]
+    saved = sum(o * i * 4 - (o * i // 2 + o * (i // 32) * 8) for o, i in shapes)
+    assert step_bytes(t.model, plan=EXACT) == dense - saved
+    assert step_bytes(t.model, tokens=9, plan=EXACT) == step_bytes(t.model, tokens=9)  # past int4_rows: dense
+    assert step_bytes(t.model, plan=DENSE) == dense

@@ -17,6 +17,7 @@ import time
 import torch
 from torch import nn
 
+from stagedspec.engine.kernels import PATH_INT4, KernelPlan, gemm_modules, int4_allowed
 from stagedspec.engine.kv_cache import KVModel
 from stagedspec.evaluation.bench_table import geomean_ci
 
@@ -52,12 +53,19 @@ def weight_bytes(model: nn.Module) -> int:
     return total
 
 
-def step_bytes(model: nn.Module, tokens: int = 1) -> int:
+def step_bytes(model: nn.Module, tokens: int = 1, plan: KernelPlan | None = None) -> int:
     """Bytes of weights one decoding step of ``tokens`` new tokens reads: every parameter
     once (shared tensors once), except an input embedding table that is not also the
     output head, of which a step reads only its tokens' rows. (Qwen2.5-Coder-1.5B's GGUF
-    has an untied 466 MB table: counting it whole put the floor 15% too low.)"""
+    has an untied 466 MB table: counting it whole put the floor 15% too low.) Under a
+    ``plan`` whose 4-bit path takes ``tokens`` rows, a module on that path reads its 4-bit
+    pack (codes, scales and offsets) instead of its dense weight."""
     total = weight_bytes(model)
+    if plan is not None and tokens <= plan.int4_rows:
+        for mod in gemm_modules(model):
+            pack = getattr(mod, "_stagedspec_packs", {}).get(PATH_INT4)
+            if pack is not None and int4_allowed(mod, plan):
+                total += sum(t.numel() * t.element_size() for t in pack) - mod.weight.numel() * mod.weight.element_size()
     get = getattr(model, "get_input_embeddings", None)
     emb = get() if get is not None else None
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
