@@ -64,11 +64,11 @@ def test_gguf_tensor_names_map_to_the_linears_they_weigh():
     assert gguf_int4.hf_linear_name("blk.0.attn_norm.weight") is None
 
 
-def _q4_target(seed: int = 0):
+def _q4_target(seed: int = 0, vocab: int = 128, init: float = 0.05):
     """A tiny float32 Llama whose Linear weights are put on Q4_1's grid (gguf's own
     quantizer), with the blocks a GGUF of it would hold."""
-    t = load_model(ModelSpec(source="tiny", seed=seed, tiny={"vocab_size": 128, "num_hidden_layers": 2,
-                                                            "initializer_range": 0.05}))
+    t = load_model(ModelSpec(source="tiny", seed=seed, tiny={"vocab_size": vocab, "num_hidden_layers": 2,
+                                                            "initializer_range": init}))
     blocks: dict[str, torch.Tensor] = {}
     with torch.no_grad():
         for name, mod in t.model.named_modules():
@@ -160,3 +160,50 @@ def test_a_step_on_the_4bit_path_reads_the_packs_bytes_instead_of_the_dense_weig
     assert step_bytes(t.model, plan=EXACT) == dense - saved
     assert step_bytes(t.model, tokens=9, plan=EXACT) == step_bytes(t.model, tokens=9)  # past int4_rows: dense
     assert step_bytes(t.model, plan=DENSE) == dense
+
+
+# --------------------------------------------------------------------------- sampled output
+def _q4_chi2_models(monkeypatch):
+    """The chi-square set-up of ``test_sampling_exact`` (8-token vocabulary, peaked logits, a
+    1-layer draft) with the target's weights on Q4_1's grid and its packs attached; every
+    forward of any row count through the 4-bit path (the batches there have 1000 rows)."""
+    from . import test_sampling_exact as tse
+
+    target, blocks = _q4_target(vocab=tse.V, init=0.3)
+    # every GEMM but the 8-row head (the kernel takes multiples of 16 rows): that one stays dense
+    assert gguf_int4.attach(target.model, blocks) == (8, 0)
+    from stagedspec.models.model_loading import truncated_copy
+
+    draft = truncated_copy(target, 1).model
+    monkeypatch.setattr(tse, "_models", lambda: (target, draft))
+    monkeypatch.setattr(tse, "exact_pairs", tse.exact_pairs.__wrapped__)  # the joints of this target, not the cached ones
+    plan = KernelPlan(name="exact4-all", int4_rows=1 << 30, int4_exact=True, gqa_packing=True, slot_cache=True,
+                      lean_layers=True)
+    return tse, draft, plan
+
+
+def _stats(tse, draft, plan):
+    from stagedspec.drafters import ModelDrafter
+
+    return tse.statistics(lambda: ModelDrafter(draft, k=3), tse.T1, n=tse.N, plan=plan)
+
+
+def test_sampled_output_of_a_target_on_its_4bit_codes_has_the_targets_distribution(monkeypatch):
+    """Chi-square (same N, alpha and critical values as ``test_sampling_exact``) of a 0.5B-style
+    draft speculating for a target whose every GEMM runs the int4 kernel on its codes; the
+    exact joints come from Hugging Face's dense forward of the same weights. Measured chi2
+    (tokens 1-2 / 3-4): 29.6 (df 24) / 55.2 (df 42) against critical values 61.1 / 87.6."""
+    tse, draft, plan = _q4_chi2_models(monkeypatch)
+    for pair, stat, df, crit in _stats(tse, draft, plan):
+        assert stat < crit, f"{pair}: chi2={stat:.1f} df={df} crit={crit:.1f}"
+
+
+def test_a_4bit_pack_with_its_offset_one_step_off_is_caught(monkeypatch):
+    """Power: the packs built with the kernel's offset ``lo + 7 * scale`` instead of
+    ``lo + 8 * scale`` (every weight one grid step low; the codes' check against the dense
+    weight cannot see it). Measured chi2: 141799 / 64641."""
+    real = kernels.int4_pack_codes
+    monkeypatch.setattr(gguf_int4, "int4_pack_codes", lambda q, s, lo, dt: real(q, s, lo - s, dt))
+    tse, draft, plan = _q4_chi2_models(monkeypatch)
+    stats = _stats(tse, draft, plan)
+    assert any(stat > crit for _, stat, _, crit in stats), stats
