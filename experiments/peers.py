@@ -49,6 +49,7 @@ import transformers
 
 from analysis.peers_figure import draw
 from stagedspec.app.tracking import Tracker, context_tags
+from stagedspec.engine.kernels import HF_PLAN
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.evaluation.bench_log import run_measurements
 from stagedspec.evaluation.bench_machine import copy_bandwidth, read_bandwidth, step_bytes
@@ -87,6 +88,19 @@ def config_hash(args, files: dict[str, Path], methods: list[str] | None = None) 
     d["versions"] = [torch.__version__, transformers.__version__]
     d["methods"] = sorted(methods or [])
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def weight_plans(plan, weights: str) -> dict:
+    """Name suffix -> kernel plan for each of ``--weights``: gguf_q4 the calibrated plan as it
+    is, dense the same plan without its 4-bit rows (the same model object, every GEMM dense);
+    with one value the suffix is empty."""
+    names = [w.strip() for w in weights.split(",") if w.strip()]
+    bad = [w for w in names if w not in ("gguf_q4", "dense")]
+    if bad or not names:
+        raise SystemExit(f"--weights: {weights!r}; valid: gguf_q4, dense, or both comma-separated")
+    dense = dataclasses.replace(plan, int4_rows=0, int4_exact=False, name=plan.name + "-dense")
+    plans = {w: plan if w == "gguf_q4" else dense for w in names}
+    return {("" if len(names) == 1 or w == "gguf_q4" else "@" + w): p for w, p in plans.items()}
 
 
 def default_tracking_uri() -> str:
@@ -149,7 +163,9 @@ def parse_args(argv=None):
     ap.add_argument("--no-figure", action="store_true")
     ap.add_argument("--target", default="smollm2-135m", help="packaged target (stagedspec/models/packaged.py)")
     ap.add_argument("--weights", default="gguf_q4", help="our target's weights: gguf_q4 (the GGUF's own 4-bit "
-                    "blocks where the kernel plan finds them faster) or dense (--dtype throughout); HF's are dense")
+                    "blocks where the kernel plan finds them faster) or dense (--dtype throughout), or both "
+                    "(gguf_q4,dense: every method of ours twice, interleaved, '@dense' after the dense one's name); "
+                    "HF's are dense")
     ap.add_argument("--draft", default=None, help="packaged draft model for HF assisted generation and our "
                     "'small' level (e.g. qwen2.5-coder-0.5b); with it, --ours names our methods")
     ap.add_argument("--ours", default="ar,copy:10:1,small:8,ngram:4>small:8>copy:24:8",
@@ -165,13 +181,14 @@ def parse_args(argv=None):
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    weight_plans(HF_PLAN, args.weights)  # a bad --weights fails here, before anything loads
     torch.set_num_threads(args.threads)
     out = Path(args.out) if args.out else REPO / "outputs" / "peers" / args.data
     files = draft_files(args.drafts)
     batch_sizes = [int(b) for b in args.batch_sizes.split(",") if b.strip()]
     greedy = args.temperature == 0
     spec = ModelSpec(source="embedded", embedded=args.target, dtype=args.dtype, device=args.device,
-                     weights=args.weights)
+                     weights="gguf_q4" if "gguf_q4" in args.weights.split(",") else "dense")
     target = load_model(spec)
     hf_model = load_model(dataclasses.replace(spec, weights="dense")).model  # untouched: HF's own kernels
     if args.stride < 1:
@@ -198,7 +215,8 @@ def main(argv=None) -> None:
         hf, skipped, info = hf_methods(args, hf_model, target.name, files, eos)
         ours, skipped_ours = our_methods(target, files, args.k, args.tree or None, args.lower_k)
         skipped.update(skipped_ours)
-    methods = {**hf, **{m: ours_fn(target, make, sampling, eos, plan) for m, make in ours.items()}}
+    methods = {**hf, **{m + suffix: ours_fn(target, make, sampling, eos, p) for m, make in ours.items()
+                        for suffix, p in weight_plans(plan, args.weights).items()}}
     batches = {m: ([1] if m in hf else batch_sizes) for m in methods}
     chash = config_hash(args, files, list(methods))
     assist = assistant_settings(info["assistant"]) if "assistant" in info else None

@@ -309,3 +309,16 @@ def test_parse_ours_reads_model_levels_with_stop_and_alternatives():
                 "ngram:1:30:2"):
         with pytest.raises(SystemExit, match=f"bad level {bad!r}"):
             bench_methods.parse_ours(bad)
+
+
+def test_weights_give_each_of_our_methods_the_plan_with_or_without_its_4bit_rows():
+    from stagedspec.engine.kernels import KernelPlan
+
+    plan = KernelPlan(name="fast", linear=("mkldnn",) * 4, int4_rows=3, int4_exact=True)
+    assert peers.weight_plans(plan, "gguf_q4") == {"": plan}
+    both = peers.weight_plans(plan, "gguf_q4,dense")
+    assert set(both) == {"", "@dense"} and both[""] is plan
+    assert both["@dense"].int4_rows == 0 and both["@dense"].linear == plan.linear
+    assert peers.weight_plans(plan, "dense")[""].int4_rows == 0
+    with pytest.raises(SystemExit, match=r"--weights: 'q8'; valid: gguf_q4, dense"):
+        peers.weight_plans(plan, "q8")
