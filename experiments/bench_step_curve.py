@@ -1,0 +1,87 @@
+"""Benchmark: the target's cost curve T(n) on its GGUF's own 4-bit weights against the dense
+path, interleaved.
+
+    python experiments/bench_step_curve.py --repeats 7 --out docs/step-curve.md
+
+One cached forward (with the LM head) of n chain tokens after ``--context`` tokens, through
+the engine's own cache (``KVModel``), for each n and each plan in turn, ``--repeats`` times;
+medians. The plans: the calibrated fast plan of ``target.weights=gguf_q4`` (the int4 kernel
+on the file's Q4_K codes at the row counts its calibration chose) and the same plan without
+its 4-bit rows (every GEMM dense: what ``weights=dense`` runs), on one model object. Beside
+them, each plan's bytes of weights per 1-row step and the read bandwidth probed before and
+after (the read floor: bytes / bandwidth).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from stagedspec.engine.kv_cache import KVModel
+from stagedspec.evaluation.bench_machine import read_bandwidth, step_bytes, time_forward
+from stagedspec.models.kernel_calibration import cpu_name, kernel_plan
+from stagedspec.models.model_loading import ModelSpec, load_model
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", default="qwen2.5-coder-1.5b")
+    ap.add_argument("--rows", default="1,2,3,4,6,8,12,16,24,32")
+    ap.add_argument("--context", type=int, default=300)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", default=None, help="write the markdown table here (and the JSON beside it)")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    rows = [int(n) for n in args.rows.split(",")]
+    target = load_model(ModelSpec(source="embedded", embedded=args.target, dtype="bfloat16", weights="gguf_q4"))
+    q4 = kernel_plan(target, "fast")
+    plans = {"gguf_q4": q4, "dense": dataclasses.replace(q4, int4_rows=0, int4_exact=False, name="dense")}
+    bw = [read_bandwidth()]
+    ctx = torch.randint(0, target.vocab_size, (args.context,), generator=torch.Generator().manual_seed(0)).tolist()
+    kvs = {}
+    for name, plan in plans.items():
+        kvs[name] = KVModel(target.model, plan=plan)
+        kvs[name].reset(1)
+    times: dict[str, dict[int, list[float]]] = {p: {n: [] for n in rows} for p in plans}
+    with torch.no_grad():
+        for r in range(args.repeats + 1):  # repeat 0: warm-up, not kept
+            for name in (plans if r % 2 else reversed(list(plans))):
+                with plans[name].active():
+                    for n in rows:
+                        t = time_forward(kvs[name], ctx, n)
+                        if r:
+                            times[name][n].append(1000 * t)
+    bw.append(read_bandwidth())
+    med = {p: {n: statistics.median(v) for n, v in d.items()} for p, d in times.items()}
+    nbytes = {p: step_bytes(target.model, plan=plan) for p, plan in plans.items()}
+    lines = [f"## Target step T(n): {target.name}, bfloat16 activations, {args.threads} threads, context {args.context}",
+             "", f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {cpu_name()} ({platform.machine()}), "
+             f"{args.repeats} repeats interleaved, medians (ms). Plan: {q4.describe()}.", "",
+             "| plan | " + " | ".join(f"T({n})" for n in rows) + " | T(16)/T(1) | MB/step (1 row) | read floor ms |",
+             "|---|" + "---|" * (len(rows) + 3)]
+    for p in plans:
+        floor = nbytes[p] / max(bw) * 1000
+        ratio = med[p].get(16, float("nan")) / med[p][rows[0]]
+        lines.append(f"| {p} | " + " | ".join(f"{med[p][n]:.1f}" for n in rows)
+                     + f" | {ratio:.2f} | {nbytes[p] / 1e6:.0f} | {floor:.1f} |")
+    lines += ["", f"Read bandwidth probed before / after: {bw[0] / 1e9:.1f} / {bw[1] / 1e9:.1f} GB/s (the floor uses "
+              "the faster). " + " ".join(f"{p} T(1) / read floor: {med[p][rows[0]] / (nbytes[p] / max(bw) * 1000):.2f}x."
+                                           for p in plans)]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+        Path(args.out).with_suffix(".json").write_text(json.dumps(
+            {"args": vars(args), "plan": q4.describe(), "ms": times, "bytes": nbytes, "read_bw": bw}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
