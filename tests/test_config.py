@@ -95,18 +95,25 @@ def test_base_config_validates_on_the_shipped_data(hydra_ctx, no_model_loads):
 
 def test_default_preset_is_the_staged_sweep_on_the_pair(hydra_ctx):
     """The main command: the staged hierarchy against its two-level ablations at T = 0 and
-    T = 0.7 on a few HumanEval problems, small enough for 15 minutes on 2 cores."""
+    T = 0.7 on a few HumanEval problems, the staged default's draft-length axis (the 0.5B's
+    k, 4 values) and batch-size axis (1 and 4), small enough for 15 minutes on 2 cores."""
     points = sweep_points("default")
-    assert len(points) == 6
-    methods = {}
+    assert len(points) == 12
+    jobs = {}
     for point in points:
         cfg = make("experiment=default", *point)
         plan = validate_cfg(cfg)
-        assert cfg.max_new_tokens <= 64 and plan.data_name == "humaneval" and len(plan.questions) <= 3
+        assert cfg.max_new_tokens <= 64 and plan.data_name == "humaneval" and len(plan.questions) <= 4
         assert plan.target.embedded == "qwen2.5-coder-1.5b"
-        methods[point[0]] = plan.method
-    assert methods == {"+hierarchy=staged": "ngram>small>copy>target", "+hierarchy=standard": "small>target",
-                       "+hierarchy=lookup": "copy>target"}
+        jobs[point[0].removeprefix("+point=")] = (plan.method, cfg.sampling.temperature, cfg.levels.small.k,
+                                                  cfg.batch_size, cfg.max_new_tokens, len(plan.questions))
+    staged, standard, lookup = "ngram>small>copy>target", "small>target", "copy>target"
+    assert {name: job[:2] for name, job in jobs.items() if not name.startswith(("staged_k", "staged_batch"))} == {
+        "staged_greedy": (staged, 0.0), "standard_greedy": (standard, 0.0), "lookup_greedy": (lookup, 0.0),
+        "staged_t07": (staged, 0.7), "standard_t07": (standard, 0.7), "lookup_t07": (lookup, 0.7)}
+    # the axes: one setting varies along each, everything else equal
+    assert [jobs[f"staged_k{k}"] for k in (4, 8, 12, 16)] == [(staged, 0.0, k, 1, 32, 3) for k in (4, 8, 12, 16)]
+    assert [jobs[f"staged_batch{b}"] for b in (1, 4)] == [(staged, 0.0, 12, b, 32, 4) for b in (1, 4)]
 
 
 @pytest.mark.parametrize("group", ["target", "sampling", "data", "tracking"])
