@@ -49,7 +49,7 @@ NOTE_TAG = "mlflow.note.content"  # a run's or experiment's description in the U
 KIND_TAG = "mlflow.experimentKind"
 """The experiment's kind: MLflow 3.x UIs before the GenAI/Model training switch open an
 experiment in that mode by it; 3.17 reads the link's ``workflowType`` (``ui_url``) or the
-switch instead (README, "MLflow UI")."""
+switch instead (docs/mlflow.md)."""
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 VIEW_KEY = "stagedspec-headline"
 MAX_PARAM_LEN = 6000  # MLflow's limit on a param value
