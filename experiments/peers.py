@@ -60,6 +60,7 @@ from stagedspec.evaluation.bench_methods import (
     ours_fn,
     pair_hf_methods,
     pair_methods,
+    prompt_lookup_settings,
 )
 from stagedspec.evaluation.bench_setup import add_common_args, draft_files, pick_prompts
 from stagedspec.evaluation.bench_table import REFERENCE, markdown, summarize
@@ -154,7 +155,8 @@ def parse_args(argv=None):
     ap.add_argument("--kernels", default="fast", choices=["fast", "hf"], help="our methods' kernel plan")
     ap.add_argument("--assistant-schedule", default="heuristic",
                     choices=["heuristic", "heuristic_transient", "constant"])
-    ap.add_argument("--prompt-lookup", type=int, default=10, help="HF prompt_lookup_num_tokens")
+    ap.add_argument("--prompt-lookup", default="10", help="HF prompt lookup settings, comma-separated N or N:M "
+                    "(prompt_lookup_num_tokens N, max_matching_ngram_size M; HF's default M is 2), e.g. 10,10:3,20:4")
     ap.add_argument("--early-exit", type=int, default=4, help="HF assistant_early_exit (layers)")
     ap.add_argument("--out", default=None, help="folder (default outputs/peers/<data>)")
     ap.add_argument("--tracking-uri", default=None,
@@ -181,7 +183,8 @@ def parse_args(argv=None):
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    weight_plans(HF_PLAN, args.weights)  # a bad --weights fails here, before anything loads
+    weight_plans(HF_PLAN, args.weights)  # a bad --weights or --prompt-lookup fails here, before anything loads
+    prompt_lookup_settings(args.prompt_lookup)
     torch.set_num_threads(args.threads)
     out = Path(args.out) if args.out else REPO / "outputs" / "peers" / args.data
     files = draft_files(args.drafts)
@@ -208,7 +211,7 @@ def main(argv=None) -> None:
         hf, skipped, info = pair_hf_methods(args, hf_model, hf_draft, eos)
         if args.hf_methods != "all":
             keep = {m.strip() for m in args.hf_methods.split(",")}
-            hf = {m: fn for m, fn in hf.items() if m in keep}
+            hf = {m: fn for m, fn in hf.items() if m in keep or any(m.startswith(k + "_") for k in keep)}
         ours = pair_methods(target, small, args.ours)
         files = {}
     else:

@@ -322,3 +322,59 @@ def test_weights_give_each_of_our_methods_the_plan_with_or_without_its_4bit_rows
     assert peers.weight_plans(plan, "dense")[""].int4_rows == 0
     with pytest.raises(SystemExit, match=r"--weights: 'q8'; valid: gguf_q4, dense"):
         peers.weight_plans(plan, "q8")
+
+
+def test_pair_methods_build_the_levels_the_string_names_with_percent_as_probability():
+    """``ngram:1:30>q4:12:50:2>copy:24:6`` on a tiny pair: the n-gram drafts 1 token only
+    where its top probability is >= 0.30, the model level k 12, stop_below 0.50, 2
+    alternatives and 4-bit rows, the bypass k 24 and min_match 6, each over the level before."""
+    from stagedspec.drafters import BypassDrafter, KatzNgramDrafter, ModelDrafter
+
+    from .helpers import tiny_target
+
+    target, small = tiny_target(), tiny_target(seed=1)
+    made = bench_methods.pair_methods(target, small, "ar,ngram:1:30>q4:12:50:2>copy:24:6,small:8")
+    assert set(made) == {"ar", "ngram:1:30>q4:12:50:2>copy:24:6", "small:8"} and made["ar"]() is None
+    copy = made["ngram:1:30>q4:12:50:2>copy:24:6"]()
+    assert isinstance(copy, BypassDrafter) and (copy.k, copy.min_match) == (24, 6)
+    mid = copy.lower
+    assert isinstance(mid, ModelDrafter) and mid.kv.model is small.model
+    assert (mid.k, mid.stop_below, mid.stop_alternatives, mid.int4_rows) == (12, 0.5, 2, bench_methods.INT4_ROWS)
+    assert isinstance(mid.lower, KatzNgramDrafter) and (mid.lower.k, mid.lower.min_top) == (1, 0.3)
+    plain = made["small:8"]()
+    assert (plain.k, plain.stop_below, plain.int4_rows, plain.lower) == (8, 0.0, 0, None)
+
+
+def test_hf_prompt_lookup_settings_reach_generate_and_the_assistant_restarts_each_prompt(monkeypatch):
+    """``--prompt-lookup 10,20:3``: two methods whose generate() gets prompt_lookup_num_tokens
+    and max_matching_ngram_size; an assistant's generation config is restored before every
+    prompt (HF's heuristic schedule rewrites it after each call)."""
+    import types
+
+    settings = bench_methods.prompt_lookup_settings("10,20:3")
+    assert settings == {"hf_prompt_lookup_10": {"prompt_lookup_num_tokens": 10},
+                        "hf_prompt_lookup_20_3": {"prompt_lookup_num_tokens": 20, "max_matching_ngram_size": 3}}
+    assert bench_methods.prompt_lookup_settings(10) == {"hf_prompt_lookup": {"prompt_lookup_num_tokens": 10}}
+    for bad in ("10:0", "a", "1:2:3", ""):
+        with pytest.raises(SystemExit, match="--prompt-lookup"):
+            bench_methods.prompt_lookup_settings(bad)
+    seen = []
+
+    def fake_generate(model, prompt, n, eos=None, temperature=0.0, **kw):
+        a = kw.get("assistant_model")
+        seen.append((dict((k, v) for k, v in kw.items() if k != "assistant_model"),
+                     a.generation_config.num_assistant_tokens if a is not None else None))
+        if a is not None:  # what HF's heuristic schedule does after a call
+            a.generation_config.num_assistant_tokens += 2
+        return [1]
+
+    monkeypatch.setattr(bench_methods, "hf_generate", fake_generate)
+    fn = bench_methods.hf_fn(None, [], 0.0, **settings["hf_prompt_lookup_20_3"])
+    fn([[1, 2], [3, 4]], 4, 0)
+    assert seen == [({"prompt_lookup_num_tokens": 20, "max_matching_ngram_size": 3}, None)] * 2
+    seen.clear()
+    assistant = types.SimpleNamespace(generation_config=types.SimpleNamespace(num_assistant_tokens=20))
+    fn = bench_methods.hf_fn(None, [], 0.0, assistant_model=assistant)
+    fn([[1], [2]], 4, 0)
+    fn([[3]], 4, 0)
+    assert [n for _, n in seen] == [20, 20, 20]  # without the reset: 20, 22, 24

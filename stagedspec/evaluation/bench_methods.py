@@ -47,10 +47,44 @@ def ours_fn(target, make, sampling, eos, plan) -> RunFn:
 
 
 def hf_fn(model, eos, temperature, **kw) -> RunFn:
+    """HF ``generate`` with ``kw`` (e.g. ``assistant_model``, ``prompt_lookup_num_tokens``).
+    An assistant's generation config is restored before every prompt: HF's heuristic
+    schedule rewrites ``num_assistant_tokens`` after each call, so without the reset a
+    prompt would start from the state the previous one (or a warm-up) left."""
+    assistant = kw.get("assistant_model")
+    start = copy.deepcopy(assistant.generation_config) if assistant is not None else None
+
     def run(prompts, n, seed):
         torch.manual_seed(seed)  # HF samples from torch's global generator
-        return {"outputs": [hf_generate(model, p, n, eos=eos, temperature=temperature, **kw) for p in prompts]}
+        outputs = []
+        for p in prompts:
+            if assistant is not None:
+                assistant.generation_config = copy.deepcopy(start)
+            outputs.append(hf_generate(model, p, n, eos=eos, temperature=temperature, **kw))
+        return {"outputs": outputs}
     return run
+
+
+def prompt_lookup_settings(spec: str | int) -> dict[str, dict]:
+    """``--prompt-lookup``: comma-separated ``N`` or ``N:M`` (HF's ``prompt_lookup_num_tokens``
+    N and ``max_matching_ngram_size`` M, HF's default 2 when left out) -> method name ->
+    generate() keywords. One value keeps the name ``hf_prompt_lookup``; several are named
+    ``hf_prompt_lookup_N`` / ``hf_prompt_lookup_N_M``."""
+    items = [x.strip() for x in str(spec).split(",") if x.strip()]
+    out: dict[str, dict] = {}
+    for item in items:
+        nums = item.split(":")
+        if not 1 <= len(nums) <= 2 or not all(x.isdigit() and int(x) > 0 for x in nums):
+            raise SystemExit(f"--prompt-lookup: bad item {item!r} in {spec!r}; valid: N or N:M, positive integers "
+                             f"(e.g. 10,10:3,20:4)")
+        kw = {"prompt_lookup_num_tokens": int(nums[0])}
+        if len(nums) == 2:
+            kw["max_matching_ngram_size"] = int(nums[1])
+        name = "hf_prompt_lookup" if len(items) == 1 else "hf_prompt_lookup_" + "_".join(nums)
+        out[name] = kw
+    if not out:
+        raise SystemExit(f"--prompt-lookup: no setting in {spec!r}; valid: N or N:M, comma-separated")
+    return out
 
 
 def our_methods(target, files: dict[str, Path], k: int, tree: str | None, lower_k: int) -> tuple[dict, dict]:
@@ -167,7 +201,8 @@ def pair_hf_methods(args, hf_model, hf_draft, eos) -> tuple[dict, dict, dict]:
         const.generation_config.num_assistant_tokens = args.assistant_tokens
         const.generation_config.assistant_confidence_threshold = 0.0
         candidates[f"hf_assisted_const{args.assistant_tokens}"] = hf_fn(hf_model, eos, T, assistant_model=const)
-    candidates["hf_prompt_lookup"] = hf_fn(hf_model, eos, T, prompt_lookup_num_tokens=args.prompt_lookup)
+    for name, kw in prompt_lookup_settings(args.prompt_lookup).items():
+        candidates[name] = hf_fn(hf_model, eos, T, **kw)
     for name, fn in candidates.items():
         try:
             fn([[1, 2, 3, 4]], 4, 0)
@@ -193,7 +228,8 @@ def hf_methods(args, hf_model, target_name: str, files: dict[str, Path], eos) ->
         gc.num_assistant_tokens_schedule = args.assistant_schedule
         candidates["hf_assisted_layers"] = hf_fn(hf_model, eos, T, assistant_model=assistant)
         info["assistant"] = gc
-    candidates["hf_prompt_lookup"] = hf_fn(hf_model, eos, T, prompt_lookup_num_tokens=args.prompt_lookup)
+    for name, kw in prompt_lookup_settings(args.prompt_lookup).items():
+        candidates[name] = hf_fn(hf_model, eos, T, **kw)
     candidates["hf_early_exit"] = hf_fn(hf_model, eos, T, assistant_early_exit=args.early_exit)
     for name, fn in candidates.items():
         try:
