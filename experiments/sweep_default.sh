@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The default sweep (conf/experiment/default.yaml): the staged hierarchy n-gram >
-# Qwen2.5-Coder-0.5B > bypass > Qwen2.5-Coder-1.5B against its two-level ablations
-# (0.5B > target, prompt lookup > target) x temperature (greedy, 0.7) on the first
-# HumanEval problems (shipped offline by a package), each job also running the plain
-# autoregressive baseline; then the report (MLflow experiment stagedspec-humaneval).
+# The default sweep (conf/experiment/default.yaml, 12 jobs, one per file of conf/point/): the
+# staged hierarchy n-gram > Qwen2.5-Coder-0.5B > bypass > Qwen2.5-Coder-1.5B against its two-level
+# ablations (0.5B > target, prompt lookup > target) x temperature (greedy, 0.7), its draft-length
+# axis (the 0.5B's k) and batch-size axis, on the first HumanEval test problems (shipped offline by
+# a package), each job also running the plain autoregressive baseline; then the report (MLflow
+# experiment stagedspec-humaneval).
 #
 #   experiments/sweep_default.sh                      # results in ./mlflow.db, ./report/
 #   experiments/sweep_default.sh max_new_tokens=96    # any overrides
