@@ -18,6 +18,18 @@ accepted hands its next round to the level below whatever its match (after that 
 it may copy again). The rule reads only earlier rounds' acceptance, never the round being
 verified, so exactness is kept, as for any adaptive draft length.
 
+``prices`` (a ``RoutePrices``) replaces the fixed rule by a priced one: before each round
+and for each row it estimates the tokens per unit of target time of the two proposals it can
+make, the copy after the longest match (any length from 1) and the level below's draft, from
+what earlier rounds measured: the mean tokens accepted from copies whose match had the same
+length (1..8, 8 meaning 8 or more), the mean accepted from the level below and its forwards
+per round; each mean starts from a prior worth ``prior_weight`` rounds. Costs are counted in
+plain target steps: a verification of n rows costs ``1 + row_cost * n``, a forward of the level
+below ``draft_cost`` (both fixed settings, from the calibrated cost curve on the dev split, so
+a seeded run routes the same way each time). It sends the proposal with the higher
+(accepted + 1) / cost. It reads only the context and earlier rounds' acceptance, so exactness
+is kept, as for the rule.
+
 Batch: the level below drafts for every row or none (its caches hold every row), so when
 some row has no long match, the rows that have one still take their copy and the level
 below's draft for them is dropped (it is only work; it changes nothing).
@@ -26,6 +38,7 @@ below's draft for them is dropped (it is only work; it changes nothing).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -57,11 +70,68 @@ def longest_match(context: list[int], max_match: int, min_match: int) -> tuple[i
     return (best, best_end) if best >= min_match else (0, -1)
 
 
+@dataclass(frozen=True)
+class RoutePrices:
+    """The priced router's costs, in plain target steps, and its priors (module docstring)."""
+
+    row_cost: float = 0.02
+    """Extra cost of each verified row: T(n) / T(1) = 1 + row_cost * n."""
+    draft_cost: float = 0.35
+    """Cost of one forward of the level below, against one plain target step."""
+    prior_weight: float = 2.0
+    """Rounds' worth of each mean's prior: a copy after an m-token match is expected to
+    have min(m, its length) tokens accepted, a round below ``prior_accepted`` with
+    ``prior_accepted + 1`` forwards."""
+    prior_accepted: float = 4.0
+
+
+MATCH_BUCKETS = 8
+"""Copies are priced by the length of the match they follow: 1..7, and 8 or more."""
+
+
+class _RouteStats:
+    """Running sums the priced router learns from: per match length, copies' accepted
+    tokens; for the level below, accepted tokens and forwards per round."""
+
+    def __init__(self, prices: RoutePrices) -> None:
+        self.prices = prices
+        self.copy_sum, self.copy_n = [0.0] * (MATCH_BUCKETS + 1), [0] * (MATCH_BUCKETS + 1)
+        self.low_sum, self.low_forwards, self.low_n = 0.0, 0.0, 0
+
+    def copy_rate(self, match: int, length: int) -> float:
+        b, w = min(match, MATCH_BUCKETS), self.prices.prior_weight
+        accepted = (self.copy_sum[b] + w * min(match, length)) / (self.copy_n[b] + w)
+        return (accepted + 1) / (1 + self.prices.row_cost * (length + 1))
+
+    def lower_rate(self, depth: int) -> float:
+        p, w = self.prices, self.prices.prior_weight
+        accepted = (self.low_sum + w * p.prior_accepted) / (self.low_n + w)
+        forwards = (self.low_forwards + w * (p.prior_accepted + 1)) / (self.low_n + w)
+        return (accepted + 1) / (1 + p.row_cost * (depth + 1) + p.draft_cost * forwards)
+
+    def record(self, route: tuple[str, int], accepted: int, forwards: float) -> None:
+        kind, match = route
+        if kind == "copy":
+            b = min(match, MATCH_BUCKETS)
+            self.copy_sum[b] += accepted
+            self.copy_n[b] += 1
+        elif kind == "lower":
+            self.low_sum += accepted
+            self.low_forwards += forwards
+            self.low_n += 1
+
+
 class BypassDrafter(Drafter):
     def __init__(self, lower: Drafter | None, k: int = 24, min_match: int = 8, max_match: int = 32,
-                 name: str = "copy", miss_below: int = 0) -> None:
+                 name: str = "copy", miss_below: int = 0, prices: RoutePrices | None = None) -> None:
         self.lower, self.k, self.min_match, self.max_match, self.name = lower, k, min_match, max_match, name
         self.miss_below = miss_below
+        self.prices = prices
+        self._stats = _RouteStats(prices) if prices is not None else None
+        self._routes: list[tuple[str, int]] = []  # per row: ("copy", match) / ("lower", 0) this round
+        self._round_forwards = 0.0  # forwards of the level below in the last round, per row it drafted for
+        self.decisions = {"copy": 0, "lower": 0}
+        """Rounds and rows routed each way (the priced router's log; the rule counts too)."""
         self.calls = 0
         self.seconds = 0.0
         self._copied: list[bool] = []  # per row: its last round was a copy
@@ -69,16 +139,21 @@ class BypassDrafter(Drafter):
 
     def reset(self, batch_size: int) -> None:
         self._copied, self._cold = [False] * batch_size, [False] * batch_size
+        self._routes = []
         super().reset(batch_size)
 
     def keep_rows(self, rows: list[int]) -> None:
         self._copied = [self._copied[r] for r in rows] if self._copied else []
         self._cold = [self._cold[r] for r in rows] if self._cold else []
+        self._routes = [self._routes[r] for r in rows] if self._routes else []
         super().keep_rows(rows)
 
     def feedback(self, accepted: list[int]) -> None:
         if self.miss_below and len(self._copied) == len(accepted):
             self._cold = [c and a < self.miss_below for c, a in zip(self._copied, accepted)]
+        if self._stats is not None and len(self._routes) == len(accepted):
+            for route, a in zip(self._routes, accepted):
+                self._stats.record(route, a, self._round_forwards)
 
     def forward_stats(self) -> tuple[float, int]:
         """A draft 'forward' here is one batch of look-ups."""
@@ -90,16 +165,30 @@ class BypassDrafter(Drafter):
 
     def copies(self, contexts: list[list[int]]) -> list[list[int]]:
         """Per row, the verbatim continuation it would offer ([] when no long match)."""
+        return [cont for cont, _ in self._matches(contexts, self.min_match)]
+
+    def _matches(self, contexts: list[list[int]], min_match: int) -> list[tuple[list[int], int]]:
         out = []
         for ctx in contexts:
-            length, end = longest_match(ctx, self.max_match, self.min_match)
-            out.append(list(ctx[end:end + self.k]) if length else [])
+            length, end = longest_match(ctx, self.max_match, min_match)
+            out.append((list(ctx[end:end + self.k]), length) if length else ([], 0))
+        return out
+
+    def _priced_copies(self, contexts: list[list[int]]) -> list[list[int]]:
+        """Per row, the copy where it is priced above the level below's draft, else []."""
+        below = self.lower.max_depth if self.lower is not None else 0
+        lower_rate = self._stats.lower_rate(below) if self.lower is not None else 0.0
+        out, self._routes = [], []
+        for cont, match in self._matches(contexts, 1):
+            copy = bool(cont) and self._stats.copy_rate(match, len(cont)) > lower_rate
+            out.append(cont if copy else [])
+            self._routes.append(("copy", match) if copy else ("lower", 0))
         return out
 
     def propose(self, contexts: list[list[int]], features: list[torch.Tensor] | None = None) -> list[DraftTree]:
         t0 = time.perf_counter()
         self.calls += 1
-        copies = self.copies(contexts)
+        copies = self.copies(contexts) if self._stats is None else self._priced_copies(contexts)
         if self.miss_below and self.lower is not None and len(self._cold) == len(contexts):
             copies = [[] if cold else cont for cont, cold in zip(copies, self._cold)]
         self._copied = [bool(c) for c in copies]
@@ -112,10 +201,15 @@ class BypassDrafter(Drafter):
                 for tok in cont:
                     node = tree.add(tok, node, None, self.name)
                 trees[b] = tree
+        self._round_forwards = 0.0
         if self.lower is not None and any(t is None for t in trees):
+            calls = self.lower.forward_stats()[1]
             lowered = self.lower.propose(contexts, features)
+            self._round_forwards = float(self.lower.forward_stats()[1] - calls)
             for b, tree in enumerate(trees):
                 if tree is None:
                     lowered[b].owner = self.lower.name
                     trees[b] = lowered[b]
+        for cont in copies:
+            self.decisions["copy" if cont else "lower"] += 1
         return [t if t is not None else DraftTree() for t in trees]

@@ -23,7 +23,7 @@ from stagedspec.models.draft_files import load_draft, read_meta
 from stagedspec.models.model_loading import LoadedModel, ModelSpec, check_compatible, truncated_copy
 from stagedspec.prompts.prompt_sets import DATA_ENV, default_data_path
 from stagedspec.search.auto_tree import attach
-from .bypass import BypassDrafter
+from .bypass import BypassDrafter, RoutePrices
 from .feature import FeatureDrafter
 from .model_drafter import ModelDrafter
 from .ngram_drafters import KatzNgramDrafter, PromptLookupDrafter
@@ -172,10 +172,27 @@ class BypassLevel:
     max_match: int = 32
     name: str = "copy"
     miss_below: int = 0
+    route: str = "rule"
+    """"rule": copy when the match is at least ``min_match`` tokens; "priced": each round to
+    the proposal with the higher expected tokens per unit of target time (``RoutePrices``)."""
+    prices: Any = None
+    """With route=priced: ``RoutePrices`` fields to change (row_cost, draft_cost,
+    prior_weight, prior_accepted); None: its defaults."""
     routes = True  # a router: the level below it still drafts for the target (takes `tree`)
+
+    def route_prices(self) -> RoutePrices | None:
+        return RoutePrices(**dict(self.prices or {})) if self.route == "priced" else None
 
     def validate(self) -> None:
         _check_k(self.name, self.k)
+        if self.route not in ("rule", "priced"):
+            raise ValueError(f"level {self.name!r}: route must be 'rule' or 'priced', got {self.route!r}")
+        known = {f.name for f in dataclasses.fields(RoutePrices)}
+        for key, value in dict(self.prices or {}).items():
+            if key not in known:
+                raise ValueError(f"level {self.name!r}: unknown prices.{key}; valid: {sorted(known)}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+                raise ValueError(f"level {self.name!r}: prices.{key} must be a finite number >= 0, got {value!r}")
         if not (isinstance(self.min_match, int) and isinstance(self.max_match, int)
                 and 1 <= self.min_match <= self.max_match):
             raise ValueError(f"level {self.name!r}: need 1 <= min_match <= max_match, got min_match="
@@ -184,7 +201,7 @@ class BypassLevel:
 
     def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
         return BypassDrafter(lower, k=self.k, min_match=self.min_match, max_match=self.max_match, name=self.name,
-                             miss_below=self.miss_below)
+                             miss_below=self.miss_below, prices=self.route_prices())
 
 
 @dataclass
