@@ -65,6 +65,13 @@ def _short(col: str) -> str:
     return SHORT.get(col, col.removeprefix("params."))
 
 
+def settings(r: dict) -> str:
+    """A run's temperature and the k of each of its draft levels, lowest first: "T=0,
+    k(ngram)=10, k(small)=12, k(copy)=24"."""
+    ks = [f"k({lv})={fmt(r[f'k/{lv}'])}" for lv in levels_of(r["method"])]
+    return ", ".join([f"T={fmt(r['temperature'])}", *ks])
+
+
 def line_labels(d: pd.DataFrame, cols: list[str]) -> pd.Series:
     """Per row, what sets its line apart from the other lines in ``d``: the columns of
     ``cols`` that vary in ``d``, as "T=0.7, k(ngram)=3"; "" where nothing does."""

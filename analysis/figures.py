@@ -29,7 +29,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from stagedspec.metrics.run_schema import TARGET, levels_of
-from .axes import crossover, k_axes, k_label, level_ks, lines_along, relabel
+from .axes import crossover, k_axes, k_label, level_ks, lines_along, relabel, settings
 from .plotting import (
     MARKERS,
     ar_line,
@@ -310,14 +310,17 @@ def fig_speedup_vs_temperature(runs: pd.DataFrame, path) -> pd.DataFrame:
                        err=("speedup_ci_low", "speedup_ci_high"))
 
 
-def _best_lines(on: pd.DataFrame) -> pd.DataFrame:
+def _best_lines(on: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
     """Of the lines along batch size, the one with the highest mean speedup per method and
     temperature (with every k as well the panels become unreadable; the others are in
-    the runs table), relabelled among the lines kept."""
+    the runs table), relabelled among the lines kept; a note gives each one's settings."""
     mean = on.groupby(["method", "temperature", "line"])["metrics.speedup"].mean().reset_index()
     best = mean.loc[mean.groupby(["method", "temperature"])["metrics.speedup"].idxmax(), ["method", "line"]]
     kept = on.merge(best, on=["method", "line"])
-    return kept.assign(line=relabel(kept, "batch_size").to_numpy())
+    kept = kept.assign(line=relabel(kept, "batch_size").to_numpy())
+    for r in kept.drop_duplicates(["method", "line"]).to_dict("records"):
+        notes.append(f"{label(['method', 'line'], (r['method'], r['line']))}: {settings(r)}.")
+    return kept
 
 
 def _mark_crossovers(ax, data: pd.DataFrame, by: list[str], colours: dict, notes: list[str]) -> pd.Series:
@@ -362,7 +365,7 @@ def fig_speedup_vs_batch_size(runs: pd.DataFrame, path) -> pd.DataFrame:
     tokens/s, speculative vs AR (right), per method and temperature: the line of runs that
     differ only in batch size with the highest mean speedup."""
     notes: list[str] = []
-    on = _best_lines(lines_along(level_ks(_with_speedup(speculative(runs))), "batch_size", "batch size"))
+    on = _best_lines(lines_along(level_ks(_with_speedup(speculative(runs))), "batch_size", "batch size"), notes)
     data = _speedup_table(on).sort_values(["method", "temperature", "batch_size"]).reset_index(drop=True)
     notes.append("Per method and temperature, the line of runs (differing only in batch size) with the highest "
                  "mean speedup; bars: each run's 95% interval.")
