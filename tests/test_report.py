@@ -247,7 +247,6 @@ def test_plotted_data_equal_logged_metrics(sweep):
 
 def test_figures_cover_the_expected_runs(sweep):
     plotted, keys = sweep["plotted"], sweep["keys"]
-    spec_bs1 = {rid for (m, k, t, bs), rid in keys.items() if k > 0 and bs == 1}
     spec_all = {rid for (m, k, t, bs), rid in keys.items() if k > 0}
     # k axes: every draft level of every batch-1 run of the three-level method, the only one
     # whose k varies (the two-level method ran at one k: it is on no k axis, and a note says so).
