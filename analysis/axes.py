@@ -26,6 +26,9 @@ configuration (they would repeat them, and a repeat of the varied setting would 
 every line)."""
 REPEATED = ("params.method", "params.draft_k", "params.temperature", "params.sampling.temperature",
             "params.batch_size", "params.tree")
+OUTCOMES = ("params.prediction.calibration", "params.tree_auto.")
+"""Params a job logs about what it found, not what it was asked (the calibration prompts,
+whose number follows the batch size; the tree ``tree=auto`` chose): not configuration."""
 SHORT = {"temperature": "T", "batch_size": "bs", "tree": "tree", "method": "method"}
 
 
@@ -50,7 +53,8 @@ def level_ks(d: pd.DataFrame) -> pd.DataFrame:
 def config_columns(d: pd.DataFrame) -> list[str]:
     """The columns that say what a run is (see the module's docstring)."""
     ks = [c for c in d.columns if c.startswith("k/")]
-    params = [c for c in d.columns if c.startswith("params.") and c not in REPEATED and not K_PARAM.match(c)]
+    params = [c for c in d.columns if c.startswith("params.") and c not in REPEATED and not K_PARAM.match(c)
+              and not c.startswith(OUTCOMES)]
     return [c for c in DERIVED if c in d.columns] + ks + params
 
 

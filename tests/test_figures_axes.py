@@ -45,7 +45,9 @@ def _run(method: str, t: float = 0.0, bs: int = 1, small: int = 12, copy: int = 
     ks = {"ngram": ngram, "small": small, "copy": copy if method == STAGED else 10}
     row = {"run_id": f"{method}-T{t}-bs{bs}-s{small}-c{copy}-{len(extra)}", "status": "FINISHED",
            "params.method": method, "params.draft_k": ks[levels[-1]], "params.temperature": t,
-           "params.batch_size": bs, "params.tree": "chain", "params.max_new_tokens": 64}
+           "params.batch_size": bs, "params.tree": "chain", "params.max_new_tokens": 64,
+           # an outcome logged as a param: the calibration's prompts, as many as the batch holds
+           "params.prediction.calibration": f"heldout: questions {list(range(max(2, bs)))}"}
     for level in levels[:-1]:
         row[f"params.levels.{level}.k"] = ks[level]
     speedup = SPEEDUP_BY_BATCH[bs] - 0.2 * t + 0.001 * ks[levels[-1]] + 0.002 * small * ("small" in levels)
