@@ -127,7 +127,8 @@ def crossover(x, y, level: float = 1.0) -> float | None:
 def k_axes(d: pd.DataFrame) -> pd.DataFrame:
     """Per method and draft level whose k varies, the runs on a line along that k (one
     method at a time: different methods at different k share no axis), with
-    ``axis_level`` (the level) and ``k`` (its k in the run); a run on two axes appears
+    ``axis_level`` (the level), ``k`` (its k in the run) and ``held`` (the other levels'
+    k, "k(ngram)=10, k(copy)=24"); a run on two axes appears
     once per axis. Methods whose k does not vary are left out; with none left, raises
     ``FigureSkipped`` naming each method's k."""
     d = level_ks(d)
@@ -138,7 +139,9 @@ def k_axes(d: pd.DataFrame) -> pd.DataFrame:
                 on = lines_along(g, f"k/{level}", f"k of level '{level}'")
             except FigureSkipped:
                 continue
-            parts.append(on.assign(axis_level=level, k=on[f"k/{level}"]))
+            held = on.apply(lambda r, lv=level: ", ".join(
+                f"k({o})={fmt(r[f'k/{o}'])}" for o in levels_of(method) if o != lv), axis=1)
+            parts.append(on.assign(axis_level=level, k=on[f"k/{level}"], held=held))
     if parts:
         return pd.concat(parts, ignore_index=True)
     fixed = [f"{m}: " + ", ".join(f"{lv} {'/'.join(fmt(k) for k in sorted(g[f'k/{lv}'].dropna().unique()))}"

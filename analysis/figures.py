@@ -59,9 +59,9 @@ from .runs import (
 )
 from .theory import expected_tokens_per_call
 
-K_ROW = ("run_id", "method", "axis_level", "k", "line", "draft_k", "temperature", "batch_size")
+K_ROW = ("run_id", "method", "axis_level", "k", "line", "held", "draft_k", "temperature", "batch_size")
 """Where a row of a k figure sits: its run, the panel (method, varied level), its x (that
-level's k) and its line."""
+level's k), its line and the other levels' k."""
 
 
 def _on_k_axes(runs: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
@@ -87,7 +87,8 @@ def _k_rows(d: pd.DataFrame, parts: Callable[[dict], list[tuple[str, str]]], col
 def _k_panels(data: pd.DataFrame, y: str, series: str, path, notes: list[str], *, ylabel: str, title: str,
               ylim: tuple[float, float] | None = None, more=None) -> pd.DataFrame:
     """One panel per method and varied level, ``y`` against that level's k (the level
-    named on the x axis, the method in the panel's title): a colour per ``series`` value,
+    named on the x axis; the method, and the other levels' k where one line holds them, in
+    the panel's title): a colour per ``series`` value,
     a line style per line of runs where a panel has several (e.g. one per temperature).
     ``more(ax, panel_rows, colours)`` draws extra layers and returns their legend handles."""
     groups = list(data.groupby(["method", "axis_level"], sort=True))
@@ -100,7 +101,8 @@ def _k_panels(data: pd.DataFrame, y: str, series: str, path, notes: list[str], *
         handles += h + (more(ax, g, colours) if more is not None else [])
         ax.set_xticks(int_values(g["k"]))
         ax.set_xlabel(k_label(level), fontsize=8)
-        ax.set_title(method, fontsize=8)
+        held = g["held"].unique()
+        ax.set_title(method + (f"\n{held[0]}" if len(held) == 1 and held[0] else ""), fontsize=8)
         if ylim is not None:
             ax.set_ylim(*ylim)
         if i % 3 == 0:
@@ -339,6 +341,8 @@ def _mark_crossovers(ax, data: pd.DataFrame, by: list[str], colours: dict, notes
         out[g.index] = x
         ax.axvline(x, color=colours[key], ls=":", lw=1.2, label=f"crossover {label(by, key)}: B≈{x:.3g}")
         ax.plot([x], [1.0], marker="X", ms=8, color=colours[key], ls="none")
+        ax.annotate(f"B≈{x:.3g}", (x, 1.0), xytext=(5, 6), textcoords="offset points", fontsize=8,
+                    color=colours[key])
         notes.append(f"{label(by, key)}: speedup crosses 1 at batch size ≈ {x:.3g} (linear between the sizes "
                      f"around it); speculation stops paying there." if mean.iloc[0] > 1 else
                      f"{label(by, key)}: speedup crosses 1 at batch size ≈ {x:.3g}; speculation starts paying there.")
@@ -365,10 +369,11 @@ def fig_speedup_vs_batch_size(runs: pd.DataFrame, path) -> pd.DataFrame:
     tokens/s, speculative vs AR (right), per method and temperature: the line of runs that
     differ only in batch size with the highest mean speedup."""
     notes: list[str] = []
-    on = _best_lines(lines_along(level_ks(_with_speedup(speculative(runs))), "batch_size", "batch size"), notes)
-    data = _speedup_table(on).sort_values(["method", "temperature", "batch_size"]).reset_index(drop=True)
+    on = lines_along(level_ks(_with_speedup(speculative(runs))), "batch_size", "batch size")
     notes.append("Per method and temperature, the line of runs (differing only in batch size) with the highest "
                  "mean speedup; bars: each run's 95% interval.")
+    data = _speedup_table(_best_lines(on, notes)).sort_values(["method", "temperature", "batch_size"])
+    data = data.reset_index(drop=True)
     fig, (left, right) = new_figure(ncols=2)
     by = ["method", "line"]
     colours, handles = lines(left, data, "batch_size", "speedup", by, err=("speedup_ci_low", "speedup_ci_high"))
