@@ -95,7 +95,7 @@ def lines_along(d: pd.DataFrame, x: str, what: str) -> pd.DataFrame:
     others = [c for c in config_columns(d) if c != x]
     key = _text(d[others]).agg("|".join, axis=1) if others else pd.Series("", index=d.index)
     spans = d.groupby(key)[x].transform("nunique")
-    kept = d[spans >= 2].copy()
+    kept = d[(spans >= 2) & d[x].notna()].copy()
     if kept.empty:
         raise FigureSkipped(f"no two runs differ only in {what} (each setting of the rest ran at one {what})")
     kept["line"] = relabel(kept, x)
@@ -128,9 +128,9 @@ def k_axes(d: pd.DataFrame) -> pd.DataFrame:
     """Per method and draft level whose k varies, the runs on a line along that k (one
     method at a time: different methods at different k share no axis), with
     ``axis_level`` (the level), ``k`` (its k in the run) and ``held`` (the other levels'
-    k, "k(ngram)=10, k(copy)=24"); a run on two axes appears
-    once per axis. Methods whose k does not vary are left out; with none left, raises
-    ``FigureSkipped`` naming each method's k."""
+    k, "k(ngram)=10, k(copy)=24"); a run on two axes appears once per axis. Methods whose
+    k does not vary are left out; with none left, raises ``FigureSkipped`` naming each
+    method's k."""
     d = level_ks(d)
     parts = []
     for method, g in d.groupby("method", sort=True):

@@ -88,9 +88,9 @@ def _k_panels(data: pd.DataFrame, y: str, series: str, path, notes: list[str], *
               ylim: tuple[float, float] | None = None, more=None) -> pd.DataFrame:
     """One panel per method and varied level, ``y`` against that level's k (the level
     named on the x axis; the method, and the other levels' k where one line holds them, in
-    the panel's title): a colour per ``series`` value,
-    a line style per line of runs where a panel has several (e.g. one per temperature).
-    ``more(ax, panel_rows, colours)`` draws extra layers and returns their legend handles."""
+    the panel's title): a colour per ``series`` value, a line style per line of runs where
+    a panel has several (e.g. one per temperature). ``more(ax, panel_rows, colours)``
+    draws extra layers and returns their legend handles."""
     groups = list(data.groupby(["method", "axis_level"], sort=True))
     fig, axes = panels(len(groups))
     colours: dict = {}
