@@ -227,6 +227,8 @@ WIDE = {
                               "speedup_ci_low": lambda r: "speedup_ci_low",
                               "tokens_per_s_ci_high": lambda r: "tokens_per_s_ci_high",
                               "ar_tokens_per_s_ci_low": lambda r: "ar_tokens_per_s_ci_low"},
+    "wasted_time_vs_k": {"seconds": lambda r: r["seconds_metric"], "units": lambda r: r["units_metric"],
+                         "share": lambda r: r["share_metric"], "emitted": lambda r: "emitted"},
     "category_speedup": {"value": lambda r: f"speedup/{r['category']}",
                          "ci_low": lambda r: f"speedup_ci_low/{r['category']}",
                          "ci_high": lambda r: f"speedup_ci_high/{r['category']}"},
@@ -261,7 +263,9 @@ def test_figures_cover_the_expected_runs(sweep):
     assert set(plotted["speedup_vs_predicted"]["run_id"]) == spec_all
     assert set(plotted["wasted_vs_k"]["metric"]) == {"wasted_draft_fraction/small", "wasted_draft_fraction/ngram",
                                                      "wasted_target_fraction"}
-    assert set(plotted["wasted_time_vs_k"]["wasted"]) == {"ngram", "small", "target"}
+    e = plotted["wasted_time_vs_k"]
+    assert set(e["wasted"]) == {"ngram", "small", "target"}
+    np.testing.assert_allclose(e["wasted_ms_per_token"], 1000 * e["seconds"] * e["units"] * e["share"] / e["emitted"])
     # (f): a line per k of the three-level method (each ran at both temperatures); the
     # two-level method's one run has no temperature axis.
     assert set(plotted["speedup_vs_temperature"]["run_id"]) == on_k
