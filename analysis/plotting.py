@@ -26,9 +26,10 @@ _PREFIX = {"temperature": "T=", "draft_k": "k=", "batch_size": "bs=", "tree": "t
 _STYLES = ["-", "--", ":", "-."]
 
 
-def new_figure(ncols: int = 1) -> tuple[Figure, list]:
+def new_figure(ncols: int = 1, nrows: int = 1) -> tuple[Figure, list]:
+    """A figure of fixed size with ``nrows`` x ``ncols`` panels, row by row."""
     fig = Figure(figsize=FIGSIZE, dpi=DPI, layout="constrained")
-    axes = fig.subplots(1, ncols, squeeze=False)[0]
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     for ax in axes:
         ax.grid(True, alpha=0.3)
     return fig, list(axes)
@@ -44,7 +45,7 @@ def varying(d: pd.DataFrame, cols: list[str], keep: tuple[str, ...] = ()) -> lis
 
 def label(cols: list[str], key) -> str:
     key = key if isinstance(key, tuple) else (key,)
-    return ", ".join(f"{_PREFIX.get(c, '')}{fmt(v)}" for c, v in zip(cols, key))
+    return ", ".join(f"{_PREFIX.get(c, '')}{fmt(v)}" for c, v in zip(cols, key) if fmt(v) != "")
 
 
 def error_bars(ax, d: pd.DataFrame, x: str, y: str, err: tuple[str, str], colour, alpha: float = 0.7,
@@ -61,10 +62,12 @@ def error_bars(ax, d: pd.DataFrame, x: str, y: str, err: tuple[str, str], colour
 
 def lines(ax, d: pd.DataFrame, x: str, y: str, by: list[str], style_by: str | None = None,
           colours: dict | None = None, labelled: bool = True, err: tuple[str, str] | None = None,
-          **kw) -> tuple[dict, list]:
+          name: str = "", **kw) -> tuple[dict, list]:
     """One line per group: colour per ``by`` key, line style per ``style_by`` value. The
     line goes through the mean of ``y`` at each ``x``; runs sharing a point are dots.
     ``err`` (low, high columns): each run's 95% interval as an error bar at its value.
+    Each mean line carries its group's label, after ``name`` (``Line2D.get_label``), so a
+    test can find it.
 
     Returns the colour of each ``by`` key and legend handles: one per colour, then one
     per line style, so labels stay short instead of naming every combination."""
@@ -75,7 +78,7 @@ def lines(ax, d: pd.DataFrame, x: str, y: str, by: list[str], style_by: str | No
         colour = colours.setdefault(key[: len(by)], f"C{len(colours) % 10}")
         kwargs = {"marker": "o", "markersize": 4, "ls": styles[key[-1]] if style_by else "-"} | kw
         mean = g.groupby(x)[y].mean().sort_index()
-        ax.plot(mean.index, mean.values, color=colour, **kwargs)
+        ax.plot(mean.index, mean.values, color=colour, label=name + label(groups, key), **kwargs)
         if g.duplicated(x).any():
             ax.plot(g[x], g[y], ls="none", marker=".", color=colour, alpha=0.35)
         if err is not None and set(err) <= set(g.columns):
@@ -150,3 +153,20 @@ def line_figure(data: pd.DataFrame, x: str, y: str, by: list[str], path, notes: 
         handles += more(ax, colours)
     ax.set_xticks(xticks)
     return finish(fig, ax, data, notes, path, xlabel=xlabel, ylabel=ylabel, title=title, ylim=ylim, handles=handles)
+
+
+def panels(n: int) -> tuple[Figure, list]:
+    """A figure of ``n`` panels, up to three a row; the spare cells of the grid removed."""
+    ncols = min(3, n)
+    nrows = -(-n // ncols)
+    fig, axes = new_figure(ncols, nrows)
+    for ax in axes[n:]:
+        fig.delaxes(ax)
+    return fig, axes[:n]
+
+
+def figure_legend(fig: Figure, handles: list) -> None:
+    """One legend for every panel, each label once, below the panels."""
+    unique = list({h.get_label(): h for h in handles}.values())
+    if unique:
+        fig.legend(handles=unique, loc="outside lower center", ncol=min(4, len(unique)), fontsize=7)

@@ -69,10 +69,13 @@ def at_reference_batch(d: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
     return d[d["batch_size"] == ref]
 
 
-def single_x_note(data: pd.DataFrame, x: str, what: str, notes: list[str]) -> None:
+def require_axis(data: pd.DataFrame, x: str, what: str) -> None:
+    """A figure whose x axis would hold one value shows no trend: raise ``FigureSkipped``
+    with the one-line reason the report prints instead of drawing it."""
     values = data[x].dropna().unique()
-    if len(values) == 1:
-        notes.append(f"Only one {what} ({fmt(values[0])}) in these runs: drawn as points, no trend to read.")
+    if len(values) < 2:
+        shown = f" ({fmt(values[0])})" if len(values) else ""
+        raise FigureSkipped(f"only one {what}{shown} in these runs: no axis to draw")
 
 
 def ci_names(name: str) -> tuple[str, str]:

@@ -84,11 +84,14 @@ def _config(method: str, k: int, t: float, bs: int) -> tuple[dict, dict]:
         "tree_nodes_per_call": float(k),
         "provenance/small": (tokens - 1) / tokens * (0.4 if "ngram" in levels else 1.0),
         "provenance/target": 1 / tokens,
+        # what a time of discarded work is derived from (figures.wasted_time)
+        "emitted": 64.0 * bs, "batch_rounds": 64.0 / tokens, "target_calls": 64.0 / tokens,
+        "target_call_s": 0.05 + 0.002 * bs, "round_draft_forward_s/small": 0.004 * k,
     }
     if "ngram" in levels:
         metrics |= {"acceptance_rate/ngram": 0.55 - 0.05 * t - 0.02 * k,
                     "wasted_draft_fraction/ngram": 0.3 + 0.01 * k, "cost_ratio/ngram": 0.001,
-                    "provenance/ngram": (tokens - 1) / tokens * 0.6}
+                    "provenance/ngram": (tokens - 1) / tokens * 0.6, "round_draft_forward_s/ngram": 0.0001 * k}
     for i in range(1, k + 1):
         metrics[f"position_acceptance/{i}"] = alpha * (1 - 0.03 * (i - 1))
     for cat, factor in CATEGORIES.items():
@@ -224,6 +227,8 @@ WIDE = {
                               "speedup_ci_low": lambda r: "speedup_ci_low",
                               "tokens_per_s_ci_high": lambda r: "tokens_per_s_ci_high",
                               "ar_tokens_per_s_ci_low": lambda r: "ar_tokens_per_s_ci_low"},
+    "wasted_time_vs_k": {"seconds": lambda r: r["seconds_metric"], "units": lambda r: r["units_metric"],
+                         "share": lambda r: r["share_metric"], "emitted": lambda r: "emitted"},
     "category_speedup": {"value": lambda r: f"speedup/{r['category']}",
                          "ci_low": lambda r: f"speedup_ci_low/{r['category']}",
                          "ci_high": lambda r: f"speedup_ci_high/{r['category']}"},
@@ -244,16 +249,26 @@ def test_plotted_data_equal_logged_metrics(sweep):
 
 def test_figures_cover_the_expected_runs(sweep):
     plotted, keys = sweep["plotted"], sweep["keys"]
-    spec_bs1 = {rid for (m, k, t, bs), rid in keys.items() if k > 0 and bs == 1}
     spec_all = {rid for (m, k, t, bs), rid in keys.items() if k > 0}
-    # (a): every draft level of every batch-1 speculative run.
+    # k axes: every draft level of every batch-1 run of the three-level method, the only one
+    # whose k varies (the two-level method ran at one k: it is on no k axis, and a note says so).
+    on_k = {rid for (m, k, t, bs), rid in keys.items() if m == THREE and bs == 1}
     a = plotted["acceptance_vs_k"]
-    assert set(a["run_id"]) == spec_bs1
-    assert len(a) == 8 * 2 + 1
+    assert set(a["run_id"]) == on_k
+    assert len(a) == 8 * 2
     assert set(a["metric"]) == {"acceptance_rate/ngram", "acceptance_rate/small"}
-    assert set(plotted["tokens_per_call_vs_k"]["run_id"]) == spec_bs1
+    assert set(a["axis_level"]) == {"small"} and set(a["line"]) == {"T=0", "T=0.7"}
+    assert any(TWO in n and "Not on a k axis" in n for n in a.attrs["notes"])
+    assert set(plotted["tokens_per_call_vs_k"]["run_id"]) == on_k
     assert set(plotted["speedup_vs_predicted"]["run_id"]) == spec_all
-    assert set(plotted["wasted_vs_k"]["metric"]) == {"wasted_draft_fraction/small", "wasted_target_fraction"}
+    assert set(plotted["wasted_vs_k"]["metric"]) == {"wasted_draft_fraction/small", "wasted_draft_fraction/ngram",
+                                                     "wasted_target_fraction"}
+    e = plotted["wasted_time_vs_k"]
+    assert set(e["wasted"]) == {"ngram", "small", "target"}
+    np.testing.assert_allclose(e["wasted_ms_per_token"], 1000 * e["seconds"] * e["units"] * e["share"] / e["emitted"])
+    # (f): a line per k of the three-level method (each ran at both temperatures); the
+    # two-level method's one run has no temperature axis.
+    assert set(plotted["speedup_vs_temperature"]["run_id"]) == on_k
     g = plotted["position_acceptance"]
     assert len(g) == sum(k for (m, k, t, bs) in keys if k > 0 and bs == 1)
     # (f): one best k per (method, T), each at both batch sizes where it ran.
@@ -292,13 +307,12 @@ def test_category_winners(sweep):
         assert h.loc[cat, "run_id"] == sweep["keys"][key], cat
 
 
-def test_single_value_x_is_drawn_with_a_note_and_empty_figure_is_skipped(sweep, tmp_path):
+def test_single_value_x_and_empty_figure_are_skipped(sweep, tmp_path):
     runs = load_runs(sweep["uri"], EXPERIMENT, sweep["parent"])
     one_t = runs[(runs["params.temperature"] == 0.7) & (runs["params.batch_size"] == 1)]
-    data = fig_speedup_vs_temperature(one_t, tmp_path / "t.png")
-    assert set(data["temperature"]) == {0.7}
-    assert any("Only one temperature" in n for n in data.attrs["notes"])
-    assert _png_size(tmp_path / "t.png") == (700, 450)
+    with pytest.raises(FigureSkipped, match=r"^only one temperature \(0.7\) in these runs: no axis to draw$"):
+        fig_speedup_vs_temperature(one_t, tmp_path / "t.png")
+    assert not (tmp_path / "t.png").exists()
     no_categories = runs.drop(columns=[c for c in runs.columns if c.startswith("metrics.speedup/")])
     with pytest.raises(FigureSkipped, match="speedup/<category>"):
         fig_category_speedup(no_categories, tmp_path / "h.png")
