@@ -343,6 +343,8 @@ def test_pair_methods_build_the_levels_the_string_names_with_percent_as_probabil
     assert isinstance(mid.lower, KatzNgramDrafter) and (mid.lower.k, mid.lower.min_top) == (1, 0.3)
     plain = made["small:8"]()
     assert (plain.k, plain.stop_below, plain.int4_rows, plain.lower) == (8, 0.0, 0, None)
+    routed = bench_methods.pair_methods(target, small, "q4:12>route:24")["q4:12>route:24"]()
+    assert isinstance(routed, BypassDrafter) and routed.prices is not None and (routed.k, routed.min_match) == (24, 1)
 
 
 def test_hf_prompt_lookup_settings_reach_generate_and_the_assistant_restarts_each_prompt(monkeypatch):

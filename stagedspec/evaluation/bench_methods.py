@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from stagedspec.drafters import BypassDrafter, KatzNgramDrafter, ModelDrafter, PromptLookupDrafter
+from stagedspec.drafters.bypass import RoutePrices
 from stagedspec.drafters.feature import FeatureDrafter
 from stagedspec.drafters.hierarchy import corpus_lm
 from stagedspec.drafters.pruned_head import head_subset, pruned_copy
@@ -115,7 +116,7 @@ def our_methods(target, files: dict[str, Path], k: int, tree: str | None, lower_
     return made, skipped
 
 
-LEVEL_KINDS = ("lookup", "ngram", "small", "fr", "q4", "copy")
+LEVEL_KINDS = ("lookup", "ngram", "small", "fr", "q4", "copy", "route")
 MODEL_KINDS = ("small", "fr", "q4")  # the packaged draft model, as it is / pruned head / 4-bit at few rows
 INT4_ROWS = 2
 """``q4``: the draft's forwards of up to this many rows take 4-bit weights (``KernelPlan.int4_rows``)."""
@@ -130,8 +131,9 @@ def parse_ours(spec: str) -> dict[str, list[tuple[str, list[int]]]]:
     ``q4:k`` the same model whose 1-2-row forwards take 4-bit weights (``INT4_ROWS``),
     ``small:k:P`` / ``fr:k:P`` / ``q4:k:P`` a draft that stops after a pick it gives less than P percent
     (``stop_below`` = P / 100, k the cap), ``q4:k:P:A`` also offering its A next-best tokens beside
-    the pick that stopped it (``stop_alternatives``), ``copy:k:min_match[:miss_below]`` the bypass level; ``ar`` is
-    plain decoding. Name -> levels."""
+    the pick that stopped it (``stop_alternatives``), ``copy:k:min_match[:miss_below]`` the bypass level,
+    ``route:k`` the bypass level's priced router (``RoutePrices``' defaults); ``ar`` is plain decoding.
+    Name -> levels."""
     out = {}
     for item in (x.strip() for x in spec.split(",")):
         if not item:
@@ -148,7 +150,7 @@ def parse_ours(spec: str) -> dict[str, list[tuple[str, list[int]]]]:
                     or (kind in MODEL_KINDS and len(nums) > 1 and int(nums[1]) >= 100) \
                     or (kind in MODEL_KINDS and len(nums) > 2 and int(nums[2]) > 8):
                 raise SystemExit(f"--ours: bad level {part!r} in {item!r}; valid: ar, lookup:K, ngram:K[:MIN_TOP_PERCENT], "
-                                 f"small:K[:STOP_PERCENT[:ALTS]], fr:..., q4:... (STOP_PERCENT 1-99, ALTS 1-8), copy:K[:MIN_MATCH[:MISS_BELOW]], joined "
+                                 f"small:K[:STOP_PERCENT[:ALTS]], fr:..., q4:... (STOP_PERCENT 1-99, ALTS 1-8), copy:K[:MIN_MATCH[:MISS_BELOW]], route:K, joined "
                                  f"by '>' lowest first (e.g. ngram:4>small:8>copy:24:8, ngram:4>small:16:40)")
             levels.append((kind, [int(n) for n in nums]))
         out[item] = levels
@@ -175,6 +177,8 @@ def pair_methods(target, small, spec: str) -> dict:
                                      stop_below=nums[1] / 100 if len(nums) > 1 else 0.0,
                                      int4_rows=INT4_ROWS if kind == "q4" else 0,
                                      stop_alternatives=nums[2] if len(nums) > 2 else 0)
+                elif kind == "route":
+                    d = BypassDrafter(d, k=nums[0], min_match=1, name="copy", prices=RoutePrices())
                 else:
                     d = BypassDrafter(d, k=nums[0], min_match=nums[1] if len(nums) > 1 else 1, name="copy",
                                       miss_below=nums[2] if len(nums) > 2 else 0)
