@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from stagedspec.app.identity import config_hash, sweep_id
 from stagedspec.app.plan import CONF_DIR, ConfigError, instantiate, levels_from_cfg, validate_cfg
@@ -84,12 +84,13 @@ def test_base_config_validates_on_the_shipped_data(hydra_ctx, no_model_loads):
     plan = validate_cfg(make())
     assert plan.method == "ngram>small>copy>target" and plan.tree == "chain"
     assert plan.target.embedded == "qwen2.5-coder-1.5b" and plan.target.dtype == "bfloat16"
-    assert plan.data_name == "humaneval" and len(plan.questions) == 164
+    assert plan.data_name == "humaneval" and len(plan.questions) == 109  # the test split
     assert plan.data_path.is_file()
     humaneval = validate_cfg(make("data.limit=3"))
-    assert [q.question_id for q in humaneval.questions] == [0, 1, 2]
+    assert [q.question_id for q in humaneval.questions] == [1, 2, 4]  # the first 3 of the test split
+    assert [q.question_id for q in validate_cfg(make("data.limit=3", "data.split=all")).questions] == [0, 1, 2]
     small = validate_cfg(make("stack=smollm2"))
-    assert small.method == "ngram>small>target" and small.data_name == "mt_bench" and len(small.questions) == 80
+    assert small.method == "ngram>small>target" and small.data_name == "mt_bench" and len(small.questions) == 40
     assert small.target.embedded == "smollm2-135m" and small.levels[-1].weights == "embedded-layers"
 
 
@@ -332,6 +333,48 @@ def test_prompt_set_filters(hydra_ctx, no_model_loads):
     plan = validate_cfg(make("data=mt_bench", "data.categories=[coding,math]", "data.per_category=2", "data.max_turns=1"))
     assert [(q.category, len(q.turns)) for q in plan.questions] == [("math", 1)] * 2 + [("coding", 1)] * 2
     assert len(validate_cfg(make("data=mt_bench", "data.limit=5")).questions) == 5
+
+
+def test_data_split_selects_only_its_questions(hydra_ctx, no_model_loads):
+    """data.split=dev evaluates only dev items, test only test items, before data.limit;
+    the held-out calibration prompts come from dev whatever the job evaluates."""
+    dev = validate_cfg(make("data.split=dev"))
+    assert [q.question_id for q in dev.questions] == list(range(0, 164, 3))
+    test = validate_cfg(make("data.split=test", "data.limit=4"))
+    assert [q.question_id for q in test.questions] == [1, 2, 4, 5]
+    assert test.heldout_questions and all(q.question_id % 3 == 0 for q in test.heldout_questions)
+    mt_dev = validate_cfg(make("data=mt_bench", "data.split=dev", "data.limit=3"))
+    assert [q.question_id for q in mt_dev.questions] == [81, 83, 85]
+    mt_test = validate_cfg(make("data=mt_bench"))
+    assert mt_test.heldout_questions and all(q.question_id % 2 == 1 for q in mt_test.heldout_questions)
+
+
+def test_heldout_calibration_never_uses_evaluated_dev_questions(hydra_ctx, no_model_loads):
+    plan = validate_cfg(make("data.split=dev", "data.limit=5"))
+    evaluated = {q.question_id for q in plan.questions}
+    assert plan.heldout_questions and all(q.question_id % 3 == 0 for q in plan.heldout_questions)
+    assert not evaluated & {q.question_id for q in plan.heldout_questions}
+
+
+@pytest.mark.parametrize("bad", ["train", "Test", "1"])
+def test_bad_data_split_is_one_line_naming_the_valid_ones(hydra_ctx, no_model_loads, bad):
+    with pytest.raises(ConfigError) as e:
+        validate_cfg(make(f"data.split={bad}"))
+    msg = str(e.value)
+    assert "\n" not in msg and "data.split: unknown split" in msg and "['dev', 'test', 'all']" in msg
+
+
+def test_split_all_keeps_the_hash_of_a_config_without_a_split(hydra_ctx):
+    """``data.split=all`` selects what a job selected before splits: same hash, so a re-run
+    finds its finished run; dev and test select other questions and hash apart."""
+    cfg = make("data.split=all")
+    hashes = {config_hash(make(f"data.split={s}")) for s in ("dev", "test")}
+
+    old = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+    with open_dict(old):
+        del old.data["split"]
+    assert config_hash(cfg) == config_hash(old)
+    assert len(hashes | {config_hash(cfg)}) == 3
 
 
 def test_every_allowed_target_keeps_its_hashed_spelling():

@@ -26,7 +26,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from stagedspec.drafters.hierarchy import target_facing, validate_levels
 from stagedspec.metrics.run_schema import method_name
 from stagedspec.models.model_loading import SOURCES, peek_vocab_size
-from stagedspec.prompts import prompt_sets
+from stagedspec.prompts import prompt_sets, splits
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
@@ -49,7 +49,7 @@ CONFIG_KEYS = (
 )
 """The top-level keys of a job's config (conf/config.yaml and its groups); ``hydra`` is
 Hydra's, and an entry point may allow more (``prompt`` for generate)."""
-DATA_KEYS = ("name", "path", "categories", "per_category", "limit", "max_turns")
+DATA_KEYS = ("name", "path", "split", "categories", "per_category", "limit", "max_turns")
 TRACKING_KEYS = ("uri", "artifact_location", "system_metrics")
 TREE_KEYS = ("shape",)
 PREDICTION_KEYS = ("prompts", "tokens", "source")
@@ -357,6 +357,20 @@ def data_path(d: dict) -> Path | None:
 
 DEFAULT_DATA = "mt_bench"
 
+UNSPLIT = "all"
+"""``data.split`` when a data dict has none (configs written before splits): every
+question, as then; ``conf/data/`` sets ``test`` for the packaged sets."""
+
+
+def data_split(d: dict) -> str:
+    """The ``data.split`` a data dict selects (``UNSPLIT`` when absent), checked: a bad
+    value is one line naming it and the valid ones, before any file is read."""
+    split = d.get("split", UNSPLIT)
+    try:
+        return splits.check_split(split)
+    except ValueError as e:
+        raise ConfigError(f"data.split: {e}") from None
+
 
 def _load_data(cfg: DictConfig) -> tuple[Path, list[Any], str]:
     """The job's questions, the file they came from, and the prompt set's name."""
@@ -386,11 +400,12 @@ def _load_data(cfg: DictConfig) -> tuple[Path, list[Any], str]:
     limit = d.get("limit")
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
         raise ConfigError(f"data.limit must be an integer >= 1 or null, got {limit!r}")
+    split = data_split(d)
     try:
         path = prompt_sets.prompt_set_path(name, d.get("path"))
         questions = prompt_sets.load_prompt_set(name, d.get("path"), categories=d.get("categories"),
                                          per_category=d.get("per_category"), limit=limit,
-                                         max_turns=d.get("max_turns"))
+                                         max_turns=d.get("max_turns"), split=split)
     except FileNotFoundError as e:
         raise ConfigError(f"data.path: {e}" if ps.needs_path else f"data={name}: {e}") from e
     except ValueError as e:
@@ -401,12 +416,13 @@ def _load_data(cfg: DictConfig) -> tuple[Path, list[Any], str]:
 
 
 def _heldout(cfg: DictConfig, evaluated: list[Any], name: str) -> list[Any]:
-    """The questions of the job's prompt set (its ``data.categories`` filter only) that
-    the job does not evaluate; those of the evaluated questions' categories when that
-    leaves any; empty when the job evaluates the whole set (the prediction then
-    calibrates on the training templates and its logged source says why)."""
+    """The questions of the job's prompt set's dev split (its ``data.categories`` filter
+    only) that the job does not evaluate; those of the evaluated questions' categories when
+    that leaves any; empty when the job evaluates the whole dev split (the prediction then
+    calibrates on the training templates and its logged source says why). Dev only: a
+    calibration prompt is never one of the test questions results are reported on."""
     d = plain(cfg.get("data")) or {}
-    pool = prompt_sets.load_prompt_set(name, d.get("path"), categories=d.get("categories"))
+    pool = prompt_sets.load_prompt_set(name, d.get("path"), categories=d.get("categories"), split="dev")
     ids = {q.question_id for q in evaluated}
     pool = [q for q in pool if q.question_id not in ids]
     cats = {q.category for q in evaluated}
