@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from stagedspec.app.cli import CliError, entry_errors
 from stagedspec.app.identity import config_hash, sweep_id
 from stagedspec.app.plan import CONF_DIR, ConfigError, instantiate, levels_from_cfg, validate_cfg
 from stagedspec.models import model_loading as models
@@ -384,3 +386,120 @@ def test_every_allowed_target_keeps_its_hashed_spelling():
     from stagedspec.app.plan import ALLOWED_TARGETS
 
     assert set(ALLOWED_TARGETS) == set(HASHED_TARGETS)
+
+
+# ------------------------------------------------------------------ bad input, refused before loading (issue 35)
+def one_line_error(*overrides: str) -> str:
+    """The ConfigError message validation gives for ``overrides`` (it must be one line)."""
+    with pytest.raises(ConfigError) as e:
+        validate_cfg(make(*overrides))
+    msg = str(e.value)
+    assert "\n" not in msg, msg
+    return msg
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_temperature_must_be_finite(hydra_ctx, no_model_loads, value):
+    """nan passed every comparison (every draft accepted, then a crash in multinomial after
+    the models loaded); inf made every distribution uniform."""
+    msg = one_line_error(f"sampling.temperature={value}")
+    assert "sampling: temperature must be a finite number >= 0" in msg and value.lstrip("-") in msg
+
+
+@pytest.mark.parametrize("value, shown", [("1.5", "1.5"), ("abc", "'abc'"), ("-1", "-1"), ("true", "True")])
+def test_sampling_seed_must_be_an_integer(hydra_ctx, no_model_loads, value, shown):
+    msg = one_line_error(f"sampling.seed={value}")
+    assert f"sampling: seed must be an integer >= 0, got {shown}" in msg
+
+
+def numeric_leaves(cfg: DictConfig) -> list[str]:
+    """Dotted keys of every int or float value a job reads (not Hydra's, not tracking's,
+    not a disabled level's)."""
+    out = []
+
+    def walk(node, prefix):
+        if isinstance(node, dict):
+            if node.get("enabled") is False:
+                return
+            for k, v in node.items():
+                walk(v, f"{prefix}.{k}" if prefix else str(k))
+        elif isinstance(node, (int, float)) and not isinstance(node, bool):
+            out.append(prefix)
+
+    walk({k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k]
+          for k in cfg if k not in ("hydra", "tracking")}, "")
+    return out
+
+
+@pytest.mark.parametrize("base", [[], ["experiment=tiny"], ["stack=smollm2", "tree=dynamic"]])
+def test_a_boolean_is_no_number_anywhere(hydra_ctx, no_model_loads, base):
+    """Every number a job reads, set to true, is refused naming it (True == 1 in Python)."""
+    keys = numeric_leaves(make(*base))
+    assert "levels.small.k" in keys and "sampling.temperature" in keys
+    for key in keys:
+        msg = one_line_error(*base, f"{key}=true")
+        assert "True" in msg, (key, msg)
+    for key in ("data.limit", "data.per_category", "data.max_turns", "target.threads"):  # null by default
+        assert "True" in one_line_error(*base, f"{key}=true"), key
+    if not base:  # the 0.5B's pruned head (null: the full head)
+        assert "True" in one_line_error("levels.small.head=true")
+
+
+def test_context_length_is_checked_before_loading(hydra_ctx, no_model_loads):
+    """max_new_tokens + the draft depth against the target's positions, from its metadata:
+    the tiny model's 512 with depth 2; the default 1.5B's 32768 with the bypass level's 24."""
+    assert "no room for a prompt in the target's context of 512 tokens" in one_line_error(
+        "experiment=tiny", "max_new_tokens=510")
+    assert validate_cfg(make("experiment=tiny", "max_new_tokens=509")).max_new_tokens == 509
+    msg = one_line_error("max_new_tokens=32744")
+    assert "draft depth 24" in msg and "32768" in msg and "at most 32743" in msg
+    assert "draft depth 12" in one_line_error("levels.copy=null", "max_new_tokens=32756")
+
+
+def test_unwritable_cache_dir_is_refused_before_assembling(hydra_ctx, no_model_loads, tmp_path, monkeypatch):
+    """A model with no cached copy in a cache_dir that cannot be written is refused (the
+    GGUF would be assembled and dequantized first); one whose copy is there may be read-only."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    msg = one_line_error(f"target.cache_dir={blocker}/cache")
+    assert msg.startswith(f"target.cache_dir {str(blocker / 'cache')!r} cannot be written") and "not a directory" in msg
+    ok = tmp_path / "writable"
+    assert validate_cfg(make(f"target.cache_dir={ok}")).target.cache_dir == str(ok)
+    # read-only: refused while empty, accepted once the dequantized copy is there
+    ml = models
+    monkeypatch.setattr(ml.os, "access", lambda path, mode: False)
+    ok.mkdir()
+    assert "not writable" in one_line_error(f"target.cache_dir={ok}")
+    pm = ml.packaged("qwen2.5-coder-1.5b")
+    hit = ml.gguf_cache_path(pm.gguf_name, pm.size, ok, ml.DTYPES["bfloat16"])
+    hit.mkdir(parents=True)
+    (hit / "config.json").write_text("{}")
+    # the 0.5B draft has its own spec: pointed at the same read-only directory, it is refused by its name
+    assert "levels.small.model.cache_dir" in one_line_error(f"target.cache_dir={ok}",
+                                                            f"+levels.small.model.cache_dir={ok}")
+    assert validate_cfg(make(f"target.cache_dir={ok}", "levels.small=null")).target.cache_dir == str(ok)
+
+
+@pytest.mark.parametrize("impl", ["flash_attention_2", "flash_attention_3", "flex_attention"])
+def test_attention_kernels_the_tree_mask_was_not_checked_with_are_refused(hydra_ctx, no_model_loads, impl):
+    msg = one_line_error(f"target.attn_implementation={impl}")
+    assert f"attn_implementation {impl!r} is refused" in msg and "['sdpa', 'eager']" in msg
+
+
+def test_an_unexpected_error_is_one_line_and_a_traceback_file(tmp_path, monkeypatch):
+    """Outside Hydra the traceback goes to a temporary file; the message names it."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    with pytest.raises(CliError) as e:
+        with entry_errors():
+            raise RuntimeError("boom\nsecond line")
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("error: RuntimeError: boom ... (full traceback: ")
+    path = Path(msg.rsplit("(full traceback: ", 1)[1].rstrip(")"))
+    assert path.parent == tmp_path and "Traceback" in path.read_text() and "second line" in path.read_text()
+    with pytest.raises(CliError, match="^error: bad$"):
+        with entry_errors():
+            raise ConfigError("bad")
+    with pytest.raises(KeyboardInterrupt):
+        with entry_errors():
+            raise KeyboardInterrupt

@@ -25,7 +25,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from stagedspec.drafters.hierarchy import target_facing, validate_levels
 from stagedspec.metrics.run_schema import method_name
-from stagedspec.models.model_loading import SOURCES, peek_vocab_size
+from stagedspec.models.model_loading import SOURCES, check_cache_dir, peek_context_length, peek_vocab_size
 from stagedspec.prompts import prompt_sets, splits
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
@@ -456,6 +456,37 @@ def _check_vocab_sizes(target: Any, levels: list[Any]) -> None:
             )
 
 
+def levels_depth(levels: list[Any]) -> int:
+    """The deepest draft the levels can make (``Drafter.max_depth`` of each, as the
+    decoder's ``draft_depth`` takes it): a level's tree depth, or its k for a chain."""
+    depths = [getattr(lv, "shape", None).depth if getattr(lv, "shape", None) is not None else lv.k for lv in levels]
+    return max(depths, default=0)
+
+
+def _check_context(target: Any, levels: list[Any], max_new_tokens: int) -> None:
+    """max_new_tokens plus the draft depth must leave the target's context room for a
+    prompt: checked from the model's metadata before anything loads (the runner checks
+    again with the loaded model)."""
+    context = peek_context_length(target)
+    depth = levels_depth(levels)
+    if context is not None and context - max_new_tokens - depth < 1:
+        raise ConfigError(
+            f"max_new_tokens={max_new_tokens} plus draft depth {depth} leaves no room for a prompt in the "
+            f"target's context of {context} tokens: lower max_new_tokens to at most {context - depth - 1}"
+        )
+
+
+def _check_caches(target: Any, levels: list[Any]) -> None:
+    """Every model that would be assembled and dequantized into a cache it cannot write,
+    refused before the minutes that takes (``check_cache_dir``)."""
+    specs = [("target", target)] + [(f"levels.{lv.name}.model", lv.spec()) for lv in levels if hasattr(lv, "spec")]
+    for where, spec in specs:
+        try:
+            check_cache_dir(spec)
+        except ValueError as e:
+            raise ConfigError(f"{where}.{e}") from None
+
+
 def validate_cfg(cfg: DictConfig, with_data: bool = True, extra_keys: tuple[str, ...] = ()) -> JobPlan:
     """Run every check that needs no model; raise ConfigError naming the bad value.
 
@@ -510,6 +541,8 @@ def validate_cfg(cfg: DictConfig, with_data: bool = True, extra_keys: tuple[str,
     except (TypeError, ValueError, FileNotFoundError) as e:
         raise ConfigError(f"levels: {e}") from e
     _check_vocab_sizes(target, levels)
+    _check_context(target, levels, max_new_tokens)
+    _check_caches(target, levels)
     path, questions, data_name = _load_data(cfg) if with_data else (None, [], None)
     heldout: list[Any] = []
     if with_data and pred_prompts and pred_source == "heldout" and levels and cfg.get("baseline", True):
