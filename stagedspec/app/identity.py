@@ -104,11 +104,6 @@ def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def flat_params(cfg: DictConfig) -> dict[str, Any]:
-    """The flattened resolved config (without ``hydra``)."""
-    return flatten(_without(cfg, ("hydra",)))
-
-
 def _is_reference(cfg: DictConfig, key: str) -> bool:
     """``key`` holds ``${other.key}``: a copy of another setting (``sampling.seed: ${seed}``)."""
     parent, _, leaf = key.rpartition(".")
