@@ -352,10 +352,10 @@ def test_heldout_prediction_calibrates_on_questions_of_the_set_that_are_not_eval
         every = job("every", "data.limit=null")
     assert one["prediction_calib_tokens"] == 2 * 8 and "predicted_speedup" in every
     (target, ids, where), (_, _, where_every) = seen
-    assert where in (f"heldout: first turns of spec_bench questions {a}, {b} (not evaluated), 8 tokens, before timing"
+    assert where in (f"heldout: first turns of spec_bench dev questions {a}, {b} (not evaluated), 8 tokens, before timing"
                      for a, b in ((2, 3), (3, 2))), where
     assert {tuple(p) for p in ids} == {tuple(encode(target, t, [])) for i, c, t in rows if i in (2, 3)}
-    assert where_every == ("training templates (heldout: every question of spec_bench is evaluated), "
+    assert where_every == ("training templates (heldout: every dev question of spec_bench is evaluated), "
                            "2 prompts x 8 tokens, before timing")
     logged = {r.data.params.get("prediction.calibration") for r in runs(tmp_path)}
     assert logged == {where, where_every}

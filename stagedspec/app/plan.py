@@ -456,11 +456,16 @@ def _check_vocab_sizes(target: Any, levels: list[Any]) -> None:
             )
 
 
+def level_depth(level: Any) -> int:
+    """The deepest draft a level can make, as its drafter's ``max_depth``: its tree's depth,
+    or its k for a chain (and for the levels that draft chains only)."""
+    shape = getattr(level, "shape", None)
+    return level.k if shape is None else shape.depth
+
+
 def levels_depth(levels: list[Any]) -> int:
-    """The deepest draft the levels can make (``Drafter.max_depth`` of each, as the
-    decoder's ``draft_depth`` takes it): a level's tree depth, or its k for a chain."""
-    depths = [getattr(lv, "shape", None).depth if getattr(lv, "shape", None) is not None else lv.k for lv in levels]
-    return max(depths, default=0)
+    """The deepest draft of the hierarchy (the decoder's ``draft_depth``); 0 without levels."""
+    return max((level_depth(lv) for lv in levels), default=0)
 
 
 def _check_context(target: Any, levels: list[Any], max_new_tokens: int) -> None:
@@ -494,8 +499,11 @@ def validate_cfg(cfg: DictConfig, with_data: bool = True, extra_keys: tuple[str,
     point's own, e.g. generate's ``prompt``), no ModelSpec field its source ignores;
     batch_size, max_new_tokens, seed, repeats, baseline, resume, warmup; every level
     (known type, k >= 1, its own keys, tree shape, order rules); the target's ModelSpec;
-    the sampling rule (temperature >= 0, top_p in (0, 1], top_k >= 0); the prompt set
-    (known, its file present and every line well-formed, categories its own). A drafter whose tokenizer differs from the target's
+    the sampling rule (a finite temperature >= 0, top_p in (0, 1], top_k >= 0, an integer
+    seed >= 0; ``true`` is no number anywhere); max_new_tokens plus the draft depth within
+    the target's context (from its metadata); a writable cache_dir for a model not yet
+    cached there; the prompt set (known, its file present and every line well-formed,
+    categories its own, ``data.split`` one of dev / test / all). A drafter whose tokenizer differs from the target's
     can only be found once the models are loaded; ``ModelLevel.build`` checks it then,
     before decoding, naming the level.
     """
