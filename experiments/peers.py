@@ -2,6 +2,10 @@
 
     python experiments/peers.py --data mt_bench --prompts 16 --max-new-tokens 128 --threads 2
 
+Prompts come from ``--split`` (default ``test``: the questions results are reported on;
+``dev``: the ones settings are tuned on; ``stagedspec/prompts/splits.py``), then
+``--first-prompt`` / ``--stride`` / ``--prompts`` pick among them.
+
 On the embedded SmolLM2-135M, one dtype, one thread count, the same prompts:
 
 - Hugging Face ``generate`` (greedy, or sampled at ``--temperature``): the reference, on its
@@ -62,7 +66,7 @@ from stagedspec.evaluation.bench_methods import (
     pair_methods,
     prompt_lookup_settings,
 )
-from stagedspec.evaluation.bench_setup import add_common_args, draft_files, pick_prompts
+from stagedspec.evaluation.bench_setup import add_common_args, add_split_arg, draft_files, pick_prompts
 from stagedspec.evaluation.bench_table import REFERENCE, markdown, summarize
 from stagedspec.models.chat_text import encode_prompt, eos_token_ids
 from stagedspec.models.kernel_calibration import kernel_plan
@@ -84,6 +88,8 @@ def config_hash(args, files: dict[str, Path], methods: list[str] | None = None) 
     methods: a run with a method added re-times every method, HF's included, so each ratio
     comes from one interleaved run."""
     d = {k: getattr(args, k, None) for k in HASHED}
+    if getattr(args, "split", "all") != "all":  # all: the prompts of before splits, the same hash
+        d["split"] = args.split
     d["files"] = {k: [str(p), p.stat().st_size, p.stat().st_mtime_ns] if p.is_file() else None
                   for k, p in files.items()}
     d["versions"] = [torch.__version__, transformers.__version__]
@@ -142,6 +148,7 @@ def parse_args(argv=None):
     ap.set_defaults(prompts=8)
     ap.add_argument("--data", default="mt_bench", choices=["mt_bench", "humaneval", "spec_bench"])
     ap.add_argument("--data-path", default=None, help="the JSONL file (spec_bench only)")
+    add_split_arg(ap)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--batch-sizes", default="1,2,4,8", help="our methods' batch sizes (HF's: 1)")
     ap.add_argument("--temperature", type=float, default=0.0, help="> 0: every method samples")
@@ -196,7 +203,10 @@ def main(argv=None) -> None:
     hf_model = load_model(dataclasses.replace(spec, weights="dense")).model  # untouched: HF's own kernels
     if args.stride < 1:
         raise SystemExit(f"--stride must be >= 1, got {args.stride}")
-    qs = pick_prompts(load_prompt_set(args.data, path=args.data_path)[args.first_prompt::args.stride], args.prompts)
+    qs = pick_prompts(load_prompt_set(args.data, path=args.data_path, split=args.split)[args.first_prompt::args.stride],
+                      args.prompts)
+    if not qs:
+        raise SystemExit(f"no {args.data} prompts in --split {args.split} (a spec_bench file is all dev: --split dev)")
     prompts = [encode_prompt(target.tokenizer, q.turns[:1]) for q in qs]
     cats = [q.category for q in qs]
     eos = eos_token_ids(target)
@@ -223,7 +233,7 @@ def main(argv=None) -> None:
     batches = {m: ([1] if m in hf else batch_sizes) for m in methods}
     chash = config_hash(args, files, list(methods))
     assist = assistant_settings(info["assistant"]) if "assistant" in info else None
-    print(f"{len(prompts)} {args.data} prompts x {args.max_new_tokens} tokens, T={args.temperature}, {args.dtype}, "
+    print(f"{len(prompts)} {args.data} prompts ({args.split} split) x {args.max_new_tokens} tokens, T={args.temperature}, {args.dtype}, "
           f"{args.threads} threads, kernel plan {plan.describe()}, config {chash}")
     for m, why in skipped.items():
         print(f"skipped {m}: {why}")
@@ -242,7 +252,7 @@ def main(argv=None) -> None:
     bandwidth = max(probes["read"])  # the strictest floor the run saw
     floor = wbytes / bandwidth
     tables = summarize(records, cats, greedy, floor, reference=REFERENCE if REFERENCE in methods else "ar")
-    head = (f"## Peers: {args.data}, {len(prompts)} prompts x {args.max_new_tokens} new tokens, T={args.temperature:g}, "
+    head = (f"## Peers: {args.data}, {len(prompts)} {args.split}-split prompts x {args.max_new_tokens} new tokens, T={args.temperature:g}, "
             f"{args.dtype}, {args.threads} threads, {args.repeats} repeats\n\n"
             f"Physical limit: {wbytes / 1e6:.1f} MB of weights read per step / {bandwidth / 1e9:.2f} GB/s read "
             f"bandwidth = **{floor * 1e3:.2f} ms** per target call (column *floor s/call*). Probes before and after "

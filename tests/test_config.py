@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import itertools
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf, open_dict
 
+from stagedspec.app.cli import CliError, entry_errors
 from stagedspec.app.identity import config_hash, sweep_id
 from stagedspec.app.plan import CONF_DIR, ConfigError, instantiate, levels_from_cfg, validate_cfg
 from stagedspec.models import model_loading as models
@@ -84,12 +86,13 @@ def test_base_config_validates_on_the_shipped_data(hydra_ctx, no_model_loads):
     plan = validate_cfg(make())
     assert plan.method == "ngram>small>copy>target" and plan.tree == "chain"
     assert plan.target.embedded == "qwen2.5-coder-1.5b" and plan.target.dtype == "bfloat16"
-    assert plan.data_name == "humaneval" and len(plan.questions) == 164
+    assert plan.data_name == "humaneval" and len(plan.questions) == 109  # the test split
     assert plan.data_path.is_file()
     humaneval = validate_cfg(make("data.limit=3"))
-    assert [q.question_id for q in humaneval.questions] == [0, 1, 2]
+    assert [q.question_id for q in humaneval.questions] == [1, 2, 4]  # the first 3 of the test split
+    assert [q.question_id for q in validate_cfg(make("data.limit=3", "data.split=all")).questions] == [0, 1, 2]
     small = validate_cfg(make("stack=smollm2"))
-    assert small.method == "ngram>small>target" and small.data_name == "mt_bench" and len(small.questions) == 80
+    assert small.method == "ngram>small>target" and small.data_name == "mt_bench" and len(small.questions) == 40
     assert small.target.embedded == "smollm2-135m" and small.levels[-1].weights == "embedded-layers"
 
 
@@ -341,6 +344,48 @@ def test_prompt_set_filters(hydra_ctx, no_model_loads):
     assert len(validate_cfg(make("data=mt_bench", "data.limit=5")).questions) == 5
 
 
+def test_data_split_selects_only_its_questions(hydra_ctx, no_model_loads):
+    """data.split=dev evaluates only dev items, test only test items, before data.limit;
+    the held-out calibration prompts come from dev whatever the job evaluates."""
+    dev = validate_cfg(make("data.split=dev"))
+    assert [q.question_id for q in dev.questions] == list(range(0, 164, 3))
+    test = validate_cfg(make("data.split=test", "data.limit=4"))
+    assert [q.question_id for q in test.questions] == [1, 2, 4, 5]
+    assert test.heldout_questions and all(q.question_id % 3 == 0 for q in test.heldout_questions)
+    mt_dev = validate_cfg(make("data=mt_bench", "data.split=dev", "data.limit=3"))
+    assert [q.question_id for q in mt_dev.questions] == [81, 83, 85]
+    mt_test = validate_cfg(make("data=mt_bench"))
+    assert mt_test.heldout_questions and all(q.question_id % 2 == 1 for q in mt_test.heldout_questions)
+
+
+def test_heldout_calibration_never_uses_evaluated_dev_questions(hydra_ctx, no_model_loads):
+    plan = validate_cfg(make("data.split=dev", "data.limit=5"))
+    evaluated = {q.question_id for q in plan.questions}
+    assert plan.heldout_questions and all(q.question_id % 3 == 0 for q in plan.heldout_questions)
+    assert not evaluated & {q.question_id for q in plan.heldout_questions}
+
+
+@pytest.mark.parametrize("bad", ["train", "Test", "1"])
+def test_bad_data_split_is_one_line_naming_the_valid_ones(hydra_ctx, no_model_loads, bad):
+    with pytest.raises(ConfigError) as e:
+        validate_cfg(make(f"data.split={bad}"))
+    msg = str(e.value)
+    assert "\n" not in msg and "data.split: unknown split" in msg and "['dev', 'test', 'all']" in msg
+
+
+def test_split_all_keeps_the_hash_of_a_config_without_a_split(hydra_ctx):
+    """``data.split=all`` selects what a job selected before splits: same hash, so a re-run
+    finds its finished run; dev and test select other questions and hash apart."""
+    cfg = make("data.split=all")
+    hashes = {config_hash(make(f"data.split={s}")) for s in ("dev", "test")}
+
+    old = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+    with open_dict(old):
+        del old.data["split"]
+    assert config_hash(cfg) == config_hash(old)
+    assert len(hashes | {config_hash(cfg)}) == 3
+
+
 def test_every_allowed_target_keeps_its_hashed_spelling():
     """Config hashes spell ``_target_`` as before the rooms (issue 19): a class the configs
     may name without an entry in ``HASHED_TARGETS`` would hash under its new path."""
@@ -348,3 +393,120 @@ def test_every_allowed_target_keeps_its_hashed_spelling():
     from stagedspec.app.plan import ALLOWED_TARGETS
 
     assert set(ALLOWED_TARGETS) == set(HASHED_TARGETS)
+
+
+# ------------------------------------------------------------------ bad input, refused before loading (issue 35)
+def one_line_error(*overrides: str) -> str:
+    """The ConfigError message validation gives for ``overrides`` (it must be one line)."""
+    with pytest.raises(ConfigError) as e:
+        validate_cfg(make(*overrides))
+    msg = str(e.value)
+    assert "\n" not in msg, msg
+    return msg
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_temperature_must_be_finite(hydra_ctx, no_model_loads, value):
+    """nan passed every comparison (every draft accepted, then a crash in multinomial after
+    the models loaded); inf made every distribution uniform."""
+    msg = one_line_error(f"sampling.temperature={value}")
+    assert "sampling: temperature must be a finite number >= 0" in msg and value.lstrip("-") in msg
+
+
+@pytest.mark.parametrize("value, shown", [("1.5", "1.5"), ("abc", "'abc'"), ("-1", "-1"), ("true", "True")])
+def test_sampling_seed_must_be_an_integer(hydra_ctx, no_model_loads, value, shown):
+    msg = one_line_error(f"sampling.seed={value}")
+    assert f"sampling: seed must be an integer >= 0, got {shown}" in msg
+
+
+def numeric_leaves(cfg: DictConfig) -> list[str]:
+    """Dotted keys of every int or float value a job reads (not Hydra's, not tracking's,
+    not a disabled level's)."""
+    out = []
+
+    def walk(node, prefix):
+        if isinstance(node, dict):
+            if node.get("enabled") is False:
+                return
+            for k, v in node.items():
+                walk(v, f"{prefix}.{k}" if prefix else str(k))
+        elif isinstance(node, (int, float)) and not isinstance(node, bool):
+            out.append(prefix)
+
+    walk({k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k]
+          for k in cfg if k not in ("hydra", "tracking")}, "")
+    return out
+
+
+@pytest.mark.parametrize("base", [[], ["experiment=tiny"], ["stack=smollm2", "tree=dynamic"]])
+def test_a_boolean_is_no_number_anywhere(hydra_ctx, no_model_loads, base):
+    """Every number a job reads, set to true, is refused naming it (True == 1 in Python)."""
+    keys = numeric_leaves(make(*base))
+    assert "levels.small.k" in keys and "sampling.temperature" in keys
+    for key in keys:
+        msg = one_line_error(*base, f"{key}=true")
+        assert "True" in msg, (key, msg)
+    for key in ("data.limit", "data.per_category", "data.max_turns", "target.threads"):  # null by default
+        assert "True" in one_line_error(*base, f"{key}=true"), key
+    if not base:  # the 0.5B's pruned head (null: the full head)
+        assert "True" in one_line_error("levels.small.head=true")
+
+
+def test_context_length_is_checked_before_loading(hydra_ctx, no_model_loads):
+    """max_new_tokens + the draft depth against the target's positions, from its metadata:
+    the tiny model's 512 with depth 2; the default 1.5B's 32768 with the bypass level's 24."""
+    assert "no room for a prompt in the target's context of 512 tokens" in one_line_error(
+        "experiment=tiny", "max_new_tokens=510")
+    assert validate_cfg(make("experiment=tiny", "max_new_tokens=509")).max_new_tokens == 509
+    msg = one_line_error("max_new_tokens=32744")
+    assert "draft depth 24" in msg and "32768" in msg and "at most 32743" in msg
+    assert "draft depth 12" in one_line_error("levels.copy=null", "max_new_tokens=32756")
+
+
+def test_unwritable_cache_dir_is_refused_before_assembling(hydra_ctx, no_model_loads, tmp_path, monkeypatch):
+    """A model with no cached copy in a cache_dir that cannot be written is refused (the
+    GGUF would be assembled and dequantized first); one whose copy is there may be read-only."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    msg = one_line_error(f"target.cache_dir={blocker}/cache")
+    assert msg.startswith(f"target.cache_dir {str(blocker / 'cache')!r} cannot be written") and "not a directory" in msg
+    ok = tmp_path / "writable"
+    assert validate_cfg(make(f"target.cache_dir={ok}")).target.cache_dir == str(ok)
+    # read-only: refused while empty, accepted once the dequantized copy is there
+    ml = models
+    monkeypatch.setattr(ml.os, "access", lambda path, mode: False)
+    ok.mkdir()
+    assert "not writable" in one_line_error(f"target.cache_dir={ok}")
+    pm = ml.packaged("qwen2.5-coder-1.5b")
+    hit = ml.gguf_cache_path(pm.gguf_name, pm.size, ok, ml.DTYPES["bfloat16"])
+    hit.mkdir(parents=True)
+    (hit / "config.json").write_text("{}")
+    # the 0.5B draft has its own spec: pointed at the same read-only directory, it is refused by its name
+    assert "levels.small.model.cache_dir" in one_line_error(f"target.cache_dir={ok}",
+                                                            f"+levels.small.model.cache_dir={ok}")
+    assert validate_cfg(make(f"target.cache_dir={ok}", "levels.small=null")).target.cache_dir == str(ok)
+
+
+@pytest.mark.parametrize("impl", ["flash_attention_2", "flash_attention_3", "flex_attention"])
+def test_attention_kernels_the_tree_mask_was_not_checked_with_are_refused(hydra_ctx, no_model_loads, impl):
+    msg = one_line_error(f"target.attn_implementation={impl}")
+    assert f"attn_implementation {impl!r} is refused" in msg and "['sdpa', 'eager']" in msg
+
+
+def test_an_unexpected_error_is_one_line_and_a_traceback_file(tmp_path, monkeypatch):
+    """Outside Hydra the traceback goes to a temporary file; the message names it."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    with pytest.raises(CliError) as e:
+        with entry_errors():
+            raise RuntimeError("boom\nsecond line")
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("error: RuntimeError: boom ... (full traceback: ")
+    path = Path(msg.rsplit("(full traceback: ", 1)[1].rstrip(")"))
+    assert path.parent == tmp_path and "Traceback" in path.read_text() and "second line" in path.read_text()
+    with pytest.raises(CliError, match="^error: bad$"):
+        with entry_errors():
+            raise ConfigError("bad")
+    with pytest.raises(KeyboardInterrupt):
+        with entry_errors():
+            raise KeyboardInterrupt

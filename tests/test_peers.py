@@ -300,6 +300,19 @@ def test_the_script_is_thin_over_the_shared_bench_code():
     assert (args.data, args.prompts, args.repeats, args.batch_sizes) == ("mt_bench", 8, 3, "1,2,4,8")
 
 
+def test_split_option_defaults_to_test_and_keys_the_measurements():
+    """--split picks the prompts (test by default); dev and test hash apart, and all hashes
+    as a run from before splits (no split in the key), so its measurements still resume."""
+    assert peers.parse_args([]).split == "test" and peers.parse_args(["--split", "dev"]).split == "dev"
+    with pytest.raises(SystemExit):
+        peers.parse_args(["--split", "train"])
+    hashes = {s: peers.config_hash(peers.parse_args(["--split", s]), {}) for s in ("dev", "test", "all")}
+    assert len(set(hashes.values())) == 3
+    before = peers.parse_args(["--split", "all"])
+    del before.split
+    assert peers.config_hash(before, {}) == hashes["all"]
+
+
 def test_parse_ours_reads_model_levels_with_stop_and_alternatives():
     got = bench_methods.parse_ours("ar, q4:12:50:2, ngram:1>q4:12:50>copy:24:6, ngram:1:30>q4:12")
     assert got == {"ar": [], "q4:12:50:2": [("q4", [12, 50, 2])],

@@ -352,10 +352,25 @@ def test_heldout_prediction_calibrates_on_questions_of_the_set_that_are_not_eval
         every = job("every", "data.limit=null")
     assert one["prediction_calib_tokens"] == 2 * 8 and "predicted_speedup" in every
     (target, ids, where), (_, _, where_every) = seen
-    assert where in (f"heldout: first turns of spec_bench questions {a}, {b} (not evaluated), 8 tokens, before timing"
+    assert where in (f"heldout: first turns of spec_bench dev questions {a}, {b} (not evaluated), 8 tokens, before timing"
                      for a, b in ((2, 3), (3, 2))), where
     assert {tuple(p) for p in ids} == {tuple(encode(target, t, [])) for i, c, t in rows if i in (2, 3)}
-    assert where_every == ("training templates (heldout: every question of spec_bench is evaluated), "
+    assert where_every == ("training templates (heldout: every dev question of spec_bench is evaluated), "
                            "2 prompts x 8 tokens, before timing")
     logged = {r.data.params.get("prediction.calibration") for r in runs(tmp_path)}
     assert logged == {where, where_every}
+
+
+def test_an_error_after_loading_is_one_line_and_a_traceback_file(tmp_path, questions):
+    """Not a config error (the test hook raises mid-job): one line on stderr naming the file
+    in the job's output directory that holds the full traceback."""
+    cmd = [sys.executable, "-m", "stagedspec.run", "experiment=tiny", "tracking=none", "data=spec_bench",
+           f"data.path={questions}", f"hydra.run.dir={tmp_path}/run"]
+    env = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "STAGEDSPEC_FAIL_MODE")}
+    env.update({"TQDM_DISABLE": "1", "STAGEDSPEC_FAIL_AFTER_JOBS": "0", "PYTHONPATH": str(REPO)})
+    p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode != 0 and "Traceback" not in p.stderr, p.stderr
+    where = tmp_path / "run" / "traceback.txt"
+    line = f"error: RuntimeError: test hook STAGEDSPEC_FAIL_AFTER_JOBS=0: job 0 fails mid-way (full traceback: {where})"
+    assert line in p.stderr.splitlines(), p.stderr
+    assert "Traceback" in where.read_text() and "_maybe_fail" in where.read_text()

@@ -30,7 +30,15 @@ import types
 import pytest
 import torch
 
-from stagedspec.drafters import BypassDrafter, KatzNgramDrafter, ModelDrafter, PromptLookupDrafter, model_drafter
+from stagedspec.drafters import (
+    BypassDrafter,
+    KatzNgramDrafter,
+    ModelDrafter,
+    PromptLookupDrafter,
+    model_drafter,
+    ngram_drafters,
+    tree_growth,
+)
 from stagedspec.engine import decoding, kernels, verification
 from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.kernels import HF_PLAN, KernelPlan, available_paths
@@ -188,18 +196,21 @@ def _lookup():
     return PromptLookupDrafter(k=2)
 
 
-def _staged_trees_supported() -> bool:
-    try:
-        _staged_tree()
-    except ValueError:
-        return False
-    return True
+def _stop_alternatives():
+    """A chain that stops after a pick the draft gives q < 0.6 and offers its two
+    runners-up there as point-mass leaves."""
+    return ModelDrafter(_models()[1], k=3, stop_below=0.6, stop_alternatives=2)
+
+
+def _gated_ngram_staged():
+    """An n-gram level that drafts for the small model only from a distribution whose
+    likeliest token has p >= 0.35 (``min_top``)."""
+    return ModelDrafter(_models()[1], k=3, lower=KatzNgramDrafter(V, k=2, order=2, min_top=0.35))
 
 
 N = 4000
 T1 = SamplingConfig(temperature=1.0, seed=11)
 T07 = SamplingConfig(temperature=0.7, top_k=5, top_p=0.9, seed=5)
-STAGED_TREES = pytest.mark.skipif(not _staged_trees_supported(), reason="a staged level drafts chains only here")
 CASES = {
     "small-chain": (_model_chain, T1),
     "small-tree": (_model_tree, T1),
@@ -215,15 +226,19 @@ CASES = {
     "bypass-after-miss": (_bypass_miss, T1),
     "int4-draft": (_int4_chain, T1),
     "int4-draft-t0.7-topk-topp": (_int4_chain, T07),
+    "stop-alternatives": (_stop_alternatives, T1),
+    "ngram-gated>small": (_gated_ngram_staged, T1),
 }
 
 
 @pytest.mark.parametrize("factory,cfg", [
     *CASES.values(),
-    pytest.param(_staged_tree, T1, marks=STAGED_TREES),
-    pytest.param(_staged_tree, T07, marks=STAGED_TREES),
+    (_staged_tree, T1),
+    (_staged_tree, T07),
 ], ids=[*CASES, "staged-tree", "staged-tree-t0.7-topk-topp"])
 def test_emitted_distribution_matches_target(factory, cfg):
+    """Staged trees included: a staged level that refused a tree (ValueError) fails here,
+    it is not skipped."""
     for pair, stat, df, crit in statistics(factory, cfg):
         assert stat < crit, f"{pair}: chi2={stat:.1f} df={df} crit={crit:.1f}"
 
@@ -306,6 +321,36 @@ def _fast_plan_causal_leak(monkeypatch):
            [("device=query.device).triu(1)", "device=query.device).triu(2)")])
 
 
+def _alternatives_carry_q(monkeypatch):
+    """The runners-up offered beside an unsure pick carry the draft's q, as if they were
+    drawn from it, instead of being point masses (deterministic given the pick)."""
+    mutate(monkeypatch, [model_drafter, ngram_drafters], tree_growth, "grow_trees", [
+        ("trees[b].add(alt[r - 1], node, None, origin, r)", "trees[b].add(alt[r - 1], node, dist.q, origin, r)"),
+    ])
+
+
+def _gate_reads_the_drawn_pick(monkeypatch):
+    """The n-gram's gate draws its pick first and drafts only when the drawn token is
+    likely (q >= min_top): what it offers is then no longer a draw from the q it reports."""
+    mutate(monkeypatch, [], ngram_drafters.KatzNgramDrafter, "_q", [(
+        "    if self.min_top <= 0.0 or float(p.max()) >= self.min_top:\n"
+        "        dist = NodeDist.of(torch.log(p.clamp_min(1e-30)), self.sampling)\n",
+        "    dist = NodeDist.of(torch.log(p.clamp_min(1e-30)), self.sampling)\n"
+        "    x = int(torch.multinomial(dist.q, 1, generator=self.generator).item())\n"
+        "    dist = NodeDist(dist.raw, dist.q, pick=x) if float(dist.q[x]) >= self.min_top else None\n",
+    )])
+
+
+def _target_quantized(monkeypatch):
+    """The target's forwards, not the draft's, through 4-bit copies of its weights (the
+    decoder's refusal of such a plan removed): the output follows the 4-bit target, not
+    the target."""
+    mutate(monkeypatch, [], decoding.SpeculativeDecoder, "__init__", [(
+        "self.kv = KVModel(target, name=TARGET, plan=plan)",
+        "self.kv = KVModel(target, name=TARGET, plan=plan.for_draft(1 << 30))",
+    )])
+
+
 @pytest.mark.parametrize(
     "name,patch,factory,plan",
     [
@@ -320,6 +365,12 @@ def _fast_plan_causal_leak(monkeypatch):
         ("staged bonus q = p[0]", _staged_bonus_q_at_root, _staged, HF_PLAN),
         # 945 / 571
         ("fast plan: causal mask one row late", _fast_plan_causal_leak, _model_chain, FAST),
+        # 518 / 320 (README: 405 against 85 in test_early_stop's set-up)
+        ("alternatives carry q", _alternatives_carry_q, _stop_alternatives, HF_PLAN),
+        # 234 / 69 (README: 134 against 51 in test_ngram_gate's set-up)
+        ("n-gram gate reads the drawn pick", _gate_reads_the_drawn_pick, _gated_ngram_staged, HF_PLAN),
+        # 2066 / 3227 (README: 2162 / 3164)
+        ("target quantized to 4 bits", _target_quantized, _model_chain, HF_PLAN),
     ],
 )
 def test_mutant_is_caught(monkeypatch, name, patch, factory, plan):

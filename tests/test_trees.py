@@ -483,3 +483,36 @@ def test_feature_draft_tree_auto_greedy_equals_hf(tmp_path):
     for batch in (1, 5):
         res = SpeculativeDecoder(target.model, drafter, SamplingConfig()).generate(_prompts(5)[:batch], N_NEW)
         assert [s.output_ids for s in res.sequences] == ref[:batch]
+
+
+class _Recording(ModelDrafter):
+    """Keeps every tree it proposes."""
+
+    def propose(self, contexts, features=None):
+        trees = super().propose(contexts, features)
+        self.seen = getattr(self, "seen", []) + trees
+        return trees
+
+
+def test_dynamic_tree_at_a_staged_level_credits_only_the_spine_to_the_lower_level():
+    """A dynamic tree is pruned to its budget and renumbered after growing: provenance must
+    be read from the pruned tree, so a node credited to the n-gram lies on the rank-0 path
+    (the spine the inner decoding made), never on a runner-up branch. Peaked models, so
+    deep nodes outscore shallow runners-up and pruning renumbers the tree (with the cache
+    of pre-pruning node ids this credited 4 runner-up nodes here)."""
+    target, _, layers = _peaked()
+    drafter = _Recording(layers, tree=TreeShape.parse({"dynamic": {"budget": 4, "topk": 3, "depth": 4}}),
+                         lower=KatzNgramDrafter(V, k=3, order=2))
+    prompts = [[1, 5, 2, 5, 2], [3, 1, 4, 1, 5], [2, 7, 1, 0, 2], [6, 6, 0, 3, 1]]
+    SpeculativeDecoder(target.model, drafter, SamplingConfig()).generate(prompts, 24)
+    credited = 0
+    for tree in drafter.seen:
+        for n in range(len(tree)):
+            if tree.origin[n] == "ngram":
+                credited += 1
+                path, m = [], n
+                while m >= 0:
+                    path.append(tree.rank[m])
+                    m = tree.parents[m]
+                assert set(path) == {0}, f"node {n} (ranks {path[::-1]}) credited to the n-gram off the spine"
+    assert credited > 0

@@ -4,16 +4,22 @@ model is touched).
 
 Hydra prints a ``CompactHydraException`` as its message alone (no traceback) and
 re-raises everything under ``HYDRA_FULL_ERROR=1``; ``CliError`` is one, raised from a
-``ConfigError``, so the full traceback is one environment variable away.
+``ConfigError``, so the full traceback is one environment variable away. Any other error
+an entry point meets (``entry_errors``) also prints as one line, with the path of a file
+holding its full traceback (the job's output directory, else a temporary file).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import tempfile
 import time
+import traceback
+from pathlib import Path
 from typing import Any, Iterator
 
+from hydra.core.hydra_config import HydraConfig
 from hydra.errors import CompactHydraException, HydraException
 from omegaconf import DictConfig
 
@@ -33,6 +39,47 @@ def config_errors(prefix: str = "") -> Iterator[None]:
         yield
     except ConfigError as e:
         raise CliError(f"error: {prefix}{e}") from e
+
+
+TRACEBACK_FILE = "traceback.txt"
+"""The file, in the job's output directory, that holds an unexpected error's traceback."""
+
+
+def traceback_path() -> Path:
+    """Where an unexpected error's traceback goes: ``traceback.txt`` in the Hydra job's
+    output directory when there is one, else a new temporary file."""
+    if HydraConfig.initialized():
+        out = Path(HydraConfig.get().runtime.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        return out / TRACEBACK_FILE
+    fd, name = tempfile.mkstemp(prefix="stagedspec-traceback-", suffix=".txt")
+    with open(fd, "w"):
+        pass
+    return Path(name)
+
+
+def one_line(e: BaseException, limit: int = 300) -> str:
+    """An exception as one line: its type and its message's first line (cut at ``limit``)."""
+    lines = str(e).strip().splitlines() or [""]
+    text = lines[0] + (" ..." if len(lines) > 1 else "")
+    text = text if len(text) <= limit else text[: limit - 3] + "..."
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+@contextlib.contextmanager
+def entry_errors() -> Iterator[None]:
+    """An entry point's errors as one line each: a ConfigError as ``error: <message>``;
+    any other exception as ``error: <type>: <message> (full traceback: <file>)``, the
+    traceback written to that file first. KeyboardInterrupt and SystemExit pass through."""
+    try:
+        with config_errors():
+            yield
+    except CliError:
+        raise
+    except Exception as e:  # noqa: BLE001 - every unexpected error, reported the same way
+        path = traceback_path()
+        path.write_text("".join(traceback.format_exception(e)), encoding="utf-8")
+        raise CliError(f"error: {one_line(e)} (full traceback: {path})") from e
 
 
 def sweep_points(config: DictConfig) -> list[list[str]] | None:

@@ -28,6 +28,7 @@ from stagedspec.models.kernel_calibration import kernel_plan
 from stagedspec.models.model_loading import load_cached
 from stagedspec.training.corpus import CorpusSpec
 from stagedspec.training.distillation import DistillPlan, TrainConfig, distill
+from .cli import entry_errors
 from .plan import CONF_DIR, ConfigError, instantiate, plain
 from .tracking import Tracker, context_tags
 
@@ -64,6 +65,12 @@ def distill_plan(cfg: DictConfig) -> tuple[object, DistillPlan]:
 
 @hydra.main(config_path=str(CONF_DIR), config_name="distill", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    with entry_errors():  # one line on the console (a file holds any other error's traceback)
+        run_distill(cfg)
+
+
+def run_distill(cfg: DictConfig) -> None:
+    """Build the corpus and train the drafts the config asks for, logging to MLflow."""
     spec, plan = distill_plan(cfg)
     tracker = None
     uri = (cfg.get("tracking") or {}).get("uri")

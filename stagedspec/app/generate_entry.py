@@ -26,7 +26,7 @@ from stagedspec.models.kernel_calibration import kernel_plan
 from stagedspec.metrics.round_stats import GenerationResult
 from stagedspec.models.chat_text import encode, eos_token_ids, ids_to_text
 from stagedspec.models.model_loading import load_cached
-from .cli import config_errors
+from .cli import entry_errors
 from .plan import CONF_DIR, ConfigError, validate_cfg
 from .view import StreamView
 
@@ -110,7 +110,8 @@ def report(out: dict, streamed: bool = False) -> str:
 # Absolute, for the reason given in app/run_entry.py.
 @hydra.main(config_path=str(CONF_DIR), config_name="generate", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    with config_errors():  # one line on the console; HYDRA_FULL_ERROR=1 for the traceback
+    with entry_errors():  # one line on the console (a file holds any other error's traceback);
+        # HYDRA_FULL_ERROR=1 prints the traceback
         mode = cfg.get("view", True)
         if mode not in VIEWS:
             raise ConfigError(f"view must be true, false or rounds, got {mode!r}")

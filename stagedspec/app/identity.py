@@ -13,7 +13,7 @@ from typing import Any, Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
-from .plan import data_path, level_dict, level_slots, plain
+from .plan import UNSPLIT, data_path, level_dict, level_slots, plain
 
 HASH_EXCLUDED_KEYS = ("hydra", "tracking", "experiment_name", "resume")
 """Top-level keys that do not change a job's results: where it is logged, not what it does."""
@@ -44,18 +44,28 @@ def _without(cfg: DictConfig, keys: Iterable[str]) -> dict:
     return {str(k): plain(cfg[k]) for k in cfg if k not in skip}
 
 
+def _hashed_data(data: dict) -> dict:
+    """The ``data`` group as the hash reads it: a spec_bench file's path resolved, and
+    ``split`` left out when it selects every question (``all``, or absent), so a job that
+    evaluates what it did before splits existed keeps its hash and a re-run still finds
+    its finished run; ``dev`` and ``test`` select other questions and hash apart."""
+    path = data_path(data)
+    data["path"] = None if path is None else str(path)
+    if data.get("split", UNSPLIT) == UNSPLIT:
+        data.pop("split", None)
+    return data
+
+
 def config_hash(cfg: DictConfig) -> str:
     """sha256 of what determines a job's results: the resolved config without tracking,
     Hydra and naming keys, with the levels as the ordered list that actually runs (so
     ``levels.x=null`` and ``levels.x.enabled=false`` hash alike) and a spec_bench file's
     path resolved (so ``data.path=null`` with $STAGEDSPEC_DATA and that file's path hash
-    alike; a packaged prompt set has no path in the hash: its pinned version fixes it)."""
+    alike; a packaged prompt set has no path in the hash: its pinned version fixes it).
+    ``data.split`` ``all`` hashes as no split at all (``_hashed_data``)."""
     payload = _without(cfg, HASH_EXCLUDED_KEYS)
     payload["levels"] = [level_dict(s, d) for s, d in level_slots(cfg)]
-    data = dict(payload.get("data") or {})
-    path = data_path(data)
-    data["path"] = None if path is None else str(path)
-    payload["data"] = data
+    payload["data"] = _hashed_data(dict(payload.get("data") or {}))
     text = json.dumps(_hashed_targets(payload), sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -92,11 +102,6 @@ def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     else:
         out[prefix] = node
     return out
-
-
-def flat_params(cfg: DictConfig) -> dict[str, Any]:
-    """The flattened resolved config (without ``hydra``)."""
-    return flatten(_without(cfg, ("hydra",)))
 
 
 def _is_reference(cfg: DictConfig, key: str) -> bool:

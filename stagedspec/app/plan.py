@@ -25,8 +25,8 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from stagedspec.drafters.hierarchy import target_facing, validate_levels
 from stagedspec.metrics.run_schema import method_name
-from stagedspec.models.model_loading import SOURCES, peek_vocab_size
-from stagedspec.prompts import prompt_sets
+from stagedspec.models.model_loading import SOURCES, check_cache_dir, peek_context_length, peek_vocab_size
+from stagedspec.prompts import prompt_sets, splits
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
@@ -49,7 +49,7 @@ CONFIG_KEYS = (
 )
 """The top-level keys of a job's config (conf/config.yaml and its groups); ``hydra`` is
 Hydra's, and an entry point may allow more (``prompt`` for generate)."""
-DATA_KEYS = ("name", "path", "categories", "per_category", "limit", "max_turns")
+DATA_KEYS = ("name", "path", "split", "categories", "per_category", "limit", "max_turns")
 TRACKING_KEYS = ("uri", "artifact_location", "system_metrics")
 TREE_KEYS = ("shape",)
 PREDICTION_KEYS = ("prompts", "tokens", "source")
@@ -357,6 +357,20 @@ def data_path(d: dict) -> Path | None:
 
 DEFAULT_DATA = "mt_bench"
 
+UNSPLIT = "all"
+"""``data.split`` when a data dict has none (configs written before splits): every
+question, as then; ``conf/data/`` sets ``test`` for the packaged sets."""
+
+
+def data_split(d: dict) -> str:
+    """The ``data.split`` a data dict selects (``UNSPLIT`` when absent), checked: a bad
+    value is one line naming it and the valid ones, before any file is read."""
+    split = d.get("split", UNSPLIT)
+    try:
+        return splits.check_split(split)
+    except ValueError as e:
+        raise ConfigError(f"data.split: {e}") from None
+
 
 def _load_data(cfg: DictConfig) -> tuple[Path, list[Any], str]:
     """The job's questions, the file they came from, and the prompt set's name."""
@@ -386,11 +400,12 @@ def _load_data(cfg: DictConfig) -> tuple[Path, list[Any], str]:
     limit = d.get("limit")
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
         raise ConfigError(f"data.limit must be an integer >= 1 or null, got {limit!r}")
+    split = data_split(d)
     try:
         path = prompt_sets.prompt_set_path(name, d.get("path"))
         questions = prompt_sets.load_prompt_set(name, d.get("path"), categories=d.get("categories"),
                                          per_category=d.get("per_category"), limit=limit,
-                                         max_turns=d.get("max_turns"))
+                                         max_turns=d.get("max_turns"), split=split)
     except FileNotFoundError as e:
         raise ConfigError(f"data.path: {e}" if ps.needs_path else f"data={name}: {e}") from e
     except ValueError as e:
@@ -401,12 +416,13 @@ def _load_data(cfg: DictConfig) -> tuple[Path, list[Any], str]:
 
 
 def _heldout(cfg: DictConfig, evaluated: list[Any], name: str) -> list[Any]:
-    """The questions of the job's prompt set (its ``data.categories`` filter only) that
-    the job does not evaluate; those of the evaluated questions' categories when that
-    leaves any; empty when the job evaluates the whole set (the prediction then
-    calibrates on the training templates and its logged source says why)."""
+    """The questions of the job's prompt set's dev split (its ``data.categories`` filter
+    only) that the job does not evaluate; those of the evaluated questions' categories when
+    that leaves any; empty when the job evaluates the whole dev split (the prediction then
+    calibrates on the training templates and its logged source says why). Dev only: a
+    calibration prompt is never one of the test questions results are reported on."""
     d = plain(cfg.get("data")) or {}
-    pool = prompt_sets.load_prompt_set(name, d.get("path"), categories=d.get("categories"))
+    pool = prompt_sets.load_prompt_set(name, d.get("path"), categories=d.get("categories"), split="dev")
     ids = {q.question_id for q in evaluated}
     pool = [q for q in pool if q.question_id not in ids]
     cats = {q.category for q in evaluated}
@@ -440,6 +456,42 @@ def _check_vocab_sizes(target: Any, levels: list[Any]) -> None:
             )
 
 
+def level_depth(level: Any) -> int:
+    """The deepest draft a level can make, as its drafter's ``max_depth``: its tree's depth,
+    or its k for a chain (and for the levels that draft chains only)."""
+    shape = getattr(level, "shape", None)
+    return level.k if shape is None else shape.depth
+
+
+def levels_depth(levels: list[Any]) -> int:
+    """The deepest draft of the hierarchy (the decoder's ``draft_depth``); 0 without levels."""
+    return max((level_depth(lv) for lv in levels), default=0)
+
+
+def _check_context(target: Any, levels: list[Any], max_new_tokens: int) -> None:
+    """max_new_tokens plus the draft depth must leave the target's context room for a
+    prompt: checked from the model's metadata before anything loads (the runner checks
+    again with the loaded model)."""
+    context = peek_context_length(target)
+    depth = levels_depth(levels)
+    if context is not None and context - max_new_tokens - depth < 1:
+        raise ConfigError(
+            f"max_new_tokens={max_new_tokens} plus draft depth {depth} leaves no room for a prompt in the "
+            f"target's context of {context} tokens: lower max_new_tokens to at most {context - depth - 1}"
+        )
+
+
+def _check_caches(target: Any, levels: list[Any]) -> None:
+    """Every model that would be assembled and dequantized into a cache it cannot write,
+    refused before the minutes that takes (``check_cache_dir``)."""
+    specs = [("target", target)] + [(f"levels.{lv.name}.model", lv.spec()) for lv in levels if hasattr(lv, "spec")]
+    for where, spec in specs:
+        try:
+            check_cache_dir(spec)
+        except ValueError as e:
+            raise ConfigError(f"{where}.{e}") from None
+
+
 def validate_cfg(cfg: DictConfig, with_data: bool = True, extra_keys: tuple[str, ...] = ()) -> JobPlan:
     """Run every check that needs no model; raise ConfigError naming the bad value.
 
@@ -447,8 +499,11 @@ def validate_cfg(cfg: DictConfig, with_data: bool = True, extra_keys: tuple[str,
     point's own, e.g. generate's ``prompt``), no ModelSpec field its source ignores;
     batch_size, max_new_tokens, seed, repeats, baseline, resume, warmup; every level
     (known type, k >= 1, its own keys, tree shape, order rules); the target's ModelSpec;
-    the sampling rule (temperature >= 0, top_p in (0, 1], top_k >= 0); the prompt set
-    (known, its file present and every line well-formed, categories its own). A drafter whose tokenizer differs from the target's
+    the sampling rule (a finite temperature >= 0, top_p in (0, 1], top_k >= 0, an integer
+    seed >= 0; ``true`` is no number anywhere); max_new_tokens plus the draft depth within
+    the target's context (from its metadata); a writable cache_dir for a model not yet
+    cached there; the prompt set (known, its file present and every line well-formed,
+    categories its own, ``data.split`` one of dev / test / all). A drafter whose tokenizer differs from the target's
     can only be found once the models are loaded; ``ModelLevel.build`` checks it then,
     before decoding, naming the level.
     """
@@ -494,6 +549,8 @@ def validate_cfg(cfg: DictConfig, with_data: bool = True, extra_keys: tuple[str,
     except (TypeError, ValueError, FileNotFoundError) as e:
         raise ConfigError(f"levels: {e}") from e
     _check_vocab_sizes(target, levels)
+    _check_context(target, levels, max_new_tokens)
+    _check_caches(target, levels)
     path, questions, data_name = _load_data(cfg) if with_data else (None, [], None)
     heldout: list[Any] = []
     if with_data and pred_prompts and pred_source == "heldout" and levels and cfg.get("baseline", True):

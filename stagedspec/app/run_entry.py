@@ -59,7 +59,7 @@ from stagedspec.models.chat_text import encode, eos_token_ids, ids_to_text
 from stagedspec.models.kernel_calibration import kernel_plan
 from stagedspec.models.model_loading import LoadedModel, load_cached
 from stagedspec.search.auto_tree import prepare
-from .cli import config_errors
+from .cli import entry_errors
 from .identity import config_hash, job_params, run_name
 from .plan import CONF_DIR, ConfigError, JobPlan, validate_cfg
 from .sweep_callback import parent_run_id, swept
@@ -284,5 +284,6 @@ def _task_cfg(cfg: DictConfig) -> DictConfig:
 # stagedspec.run` shim is __main__), and conf/ is no package.
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> dict[str, float] | None:
-    with config_errors():  # one line on the console; HYDRA_FULL_ERROR=1 for the traceback
+    with entry_errors():  # one line on the console (a file holds any other error's traceback);
+        # HYDRA_FULL_ERROR=1 prints the traceback
         return execute(cfg)

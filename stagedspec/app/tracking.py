@@ -333,7 +333,7 @@ def _finite(v: Any) -> bool:
 
 
 SIGNIFICANT = 4
-"""Timing noise is ~15% between runs (FACTS.md): digits past the fourth are noise."""
+"""Timing noise is ~15% between runs on this machine: digits past the fourth are noise."""
 
 
 def _rounded(v: Any) -> float:

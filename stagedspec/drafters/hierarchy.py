@@ -32,6 +32,11 @@ from .pruned_head import head_subset, pruned_copy
 from .tree_growth import check_probability
 
 
+def _is_int(x: Any) -> bool:
+    """An integer, not a bool (``true`` in a config is no number)."""
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
 def _check_k(name: str, k: Any) -> None:
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise ValueError(f"level {name!r}: draft length k must be an integer >= 1, got {k!r}")
@@ -106,7 +111,7 @@ class NgramLevel(_TreeLevel):
     def validate(self) -> None:
         _check_k(self.name, self.k)
         _check_probability(self.name, "min_top", self.min_top, "0: always draft")
-        if not isinstance(self.order, int) or self.order < 1:
+        if not isinstance(self.order, int) or isinstance(self.order, bool) or self.order < 1:
             raise ValueError(f"level {self.name!r}: order must be an integer >= 1, got {self.order!r}")
         if self.corpus_file is not None and not Path(self.corpus_file).is_file():
             raise FileNotFoundError(f"level {self.name!r}: corpus_file {self.corpus_file!r} does not exist")
@@ -147,7 +152,7 @@ class PromptLookupLevel:
 
     def validate(self) -> None:
         _check_k(self.name, self.k)
-        if not (isinstance(self.min_ngram, int) and isinstance(self.max_ngram, int) and 1 <= self.min_ngram <= self.max_ngram):
+        if not (_is_int(self.min_ngram) and _is_int(self.max_ngram) and 1 <= self.min_ngram <= self.max_ngram):
             raise ValueError(
                 f"level {self.name!r}: need 1 <= min_ngram <= max_ngram, got min_ngram={self.min_ngram!r}, "
                 f"max_ngram={self.max_ngram!r}"
@@ -193,7 +198,7 @@ class BypassLevel:
                 raise ValueError(f"level {self.name!r}: unknown prices.{key}; valid: {sorted(known)}")
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
                 raise ValueError(f"level {self.name!r}: prices.{key} must be a finite number >= 0, got {value!r}")
-        if not (isinstance(self.min_match, int) and isinstance(self.max_match, int)
+        if not (_is_int(self.min_match) and _is_int(self.max_match)
                 and 1 <= self.min_match <= self.max_match):
             raise ValueError(f"level {self.name!r}: need 1 <= min_match <= max_match, got min_match="
                              f"{self.min_match!r}, max_match={self.max_match!r}")

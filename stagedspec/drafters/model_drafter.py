@@ -267,6 +267,9 @@ class ModelDrafter(Drafter):
         roots = [known[b][0] for b in range(B)]  # the first inner round ran for every row
         trees = grow_trees(self.tree, self.k, roots, expand, self.sampling, self.generator, self.name,
                            self.stop_below, self.stop_alternatives)
+        for cache in spine_of:  # a dynamic tree was pruned and renumbered: node ids changed
+            cache.clear()
+            cache[-1] = -1
         for b, tree in enumerate(trees):
             for n in range(len(tree)):
                 i = spine_index(b, tree, n)

@@ -372,7 +372,7 @@ class KVModel:
             # build its own mask, which lets SDPA take its faster mask-free kernels
             mask = None
         else:
-            # additive float mask: a boolean 4D mask gives wrong logits with eager attention (FACTS.md)
+            # additive float mask: a boolean 4D mask gives wrong logits with eager attention
             mask = torch.zeros(B, 1, n, T + n, dtype=self.dtype)
             mask.masked_fill_(~allowed[:, None], torch.finfo(self.dtype).min)
         self.valid = torch.cat([self.valid, torch.zeros(B, n, dtype=torch.bool)], 1)

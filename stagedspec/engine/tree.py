@@ -144,7 +144,7 @@ class TreeShape:
                 shape = DynamicShape(**d)
                 for k in ("budget", "topk", "depth"):
                     v = getattr(shape, k)
-                    if not isinstance(v, int) or v < 1:
+                    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                         raise ValueError(f"dynamic tree: {k} must be an integer >= 1, got {v!r}")
                 return shape
             if set(x) == {"auto"}:
@@ -152,7 +152,9 @@ class TreeShape:
             raise ValueError(f"tree: expected a path list, {{'widths': [...]}}, {{'dynamic': {{...}}}} or "
                              f"{{'auto': {{...}}}}, got {x!r}")
         try:
-            paths = tuple(tuple(int(i) for i in p) for p in x)
+            if any(not isinstance(i, int) or isinstance(i, bool) for p in x for i in p):
+                raise TypeError
+            paths = tuple(tuple(p) for p in x)
         except TypeError as e:
             raise ValueError(f"tree: a path list must be a list of lists of ints, got {x!r}") from e
         return _check_paths(paths)
@@ -180,7 +182,7 @@ def _parse_auto(d: dict) -> AutoShape:
 
 def widths_to_paths(widths: list[int]) -> StaticShape:
     """SpecInfer-style expansion <w1, w2, ...>: every node at depth d-1 gets w_d children."""
-    if not widths or any(not isinstance(w, int) or w < 1 for w in widths):
+    if not widths or any(not isinstance(w, int) or isinstance(w, bool) or w < 1 for w in widths):
         raise ValueError(f"tree widths must be a non-empty list of integers >= 1, got {widths!r}")
     level: list[tuple[int, ...]] = [()]
     paths: list[tuple[int, ...]] = []

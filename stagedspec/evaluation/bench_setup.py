@@ -12,6 +12,7 @@ from stagedspec.drafters.hierarchy import ASSETS, EMBEDDED_ASSETS
 from stagedspec.models.chat_text import encode_prompt
 from stagedspec.models.model_loading import LoadedModel, ModelSpec, load_model
 from stagedspec.prompts.prompt_sets import balanced, default_data_path, load_questions
+from stagedspec.prompts.splits import DEFAULT_SPLIT, SPLIT_CHOICES
 
 CATEGORIES = ["summarization", "qa", "translation", "math_reasoning", "rag", "writing", "coding", "extraction"]
 
@@ -23,6 +24,15 @@ def add_common_args(ap) -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--json", default=None, help="also write the results here")
+
+
+def add_split_arg(ap) -> None:
+    """``--split dev|test|all`` (default test): which split of the prompt set a benchmark
+    measures (``stagedspec/prompts/splits.py``); settings are chosen on dev, results
+    reported on test."""
+    ap.add_argument("--split", default=DEFAULT_SPLIT, choices=list(SPLIT_CHOICES),
+                    help="dev: the questions settings are tuned on; test: the disjoint ones results are "
+                    "reported on; all: both (stagedspec/prompts/splits.py)")
 
 
 def round_robin(questions: list, categories: list[str]) -> list:

@@ -66,17 +66,6 @@ def _chunks(xs: list, n: int) -> list[list]:
     return [xs[i : i + n] for i in range(0, len(xs), n)]
 
 
-def decode_all(
-    decoder: SpeculativeDecoder, method: str, target: LoadedModel, questions: list[Question], *, batch_size: int,
-    max_new_tokens: int, max_prompt: int, after_batch: Callable[[], None] = lambda: None,
-) -> MethodRun:
-    """One method alone, once (no baseline, no repeats): see ``decode_paired``."""
-    run, _ = decode_paired(decoder, None, target, questions, batch_size=batch_size, max_new_tokens=max_new_tokens,
-                           max_prompt=max_prompt, after_batch=after_batch)
-    run.method = method
-    return run
-
-
 def decode_paired(
     method_dec: SpeculativeDecoder, ar_dec: SpeculativeDecoder | None, target: LoadedModel,
     questions: list[Question], *, batch_size: int, max_new_tokens: int, max_prompt: int, repeats: int = 1,

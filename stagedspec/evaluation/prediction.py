@@ -3,11 +3,12 @@ not evaluate, before anything is timed.
 
 Two sources (``prediction.source``):
 
-- ``heldout`` (default): first turns of questions of the job's own prompt set (and of
-  its evaluated categories) that the job does not evaluate, drawn with a seed of their
-  own: the same kind of text, none of the same prompts;
+- ``heldout`` (default): first turns of questions of the dev split of the job's own
+  prompt set (``prompts/splits.py``; of its evaluated categories) that the job does not
+  evaluate, drawn with a seed of their own: the same kind of text, none of the same
+  prompts, and never a test question results are reported on;
 - ``training``: the training templates (``prompts/training_prompts.py``: no benchmark
-  task), for a job that evaluates its whole set.
+  task), for a job that evaluates its whole dev split.
 
 The method and plain decoding alternate batch by batch, as in ``paired.decode_paired``,
 so drift on a shared machine falls on both. ``metrics.cost_model.predict_out_of_sample``
@@ -53,14 +54,15 @@ def calibration_ids(target, kind: str, n: int, heldout: list[Any], max_prompt: i
     """``n`` encoded calibration prompts (each cut to its last ``max_prompt`` tokens) and
     what they are, as logged (param ``prediction.calibration``). "heldout" takes first turns
     of ``heldout`` (``pick_heldout``; fewer questions than ``n`` are reused in turn) and,
-    when the job evaluates its whole set (``heldout`` empty), the training templates,
+    when the job evaluates its whole dev split (``heldout`` empty), the training templates,
     saying so."""
     if kind == "heldout" and heldout:
         picked = pick_heldout(heldout, n)
         ids = [encode(target, picked[i % len(picked)].turns[0], [])[-max_prompt:] for i in range(n)]
         names = ", ".join(str(q.question_id) for q in picked)
-        return ids, f"heldout: first turns of {data_name} questions {names} (not evaluated), {tokens} tokens, before timing"
-    why = f" (heldout: every question of {data_name} is evaluated)" if kind == "heldout" else ""
+        return ids, (f"heldout: first turns of {data_name} dev questions {names} (not evaluated), {tokens} tokens, "
+                     "before timing")
+    why = f" (heldout: every dev question of {data_name} is evaluated)" if kind == "heldout" else ""
     ids = [p[-max_prompt:] for p in calibration_prompts(target, n, "training", seed=SEED)]
     return ids, f"training templates{why}, {n} prompts x {tokens} tokens, before timing"
 

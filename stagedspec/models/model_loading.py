@@ -33,7 +33,12 @@ log = logging.getLogger(__name__)
 SOURCES = ("embedded", "hf", "gguf", "tiny", "truncated")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 WEIGHTS = ("dense", "gguf_q4")
-ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flex_attention", "flash_attention_2", "flash_attention_3")
+ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
+"""The attention kernels a model may use: the two the tree attention mask (a draft tree's
+ancestors-only mask over the cache) is tested with."""
+UNCHECKED_ATTN = ("flex_attention", "flash_attention_2", "flash_attention_3")
+"""Kernels transformers offers that the tree mask was never checked with (flash attention
+takes no arbitrary mask): refused by name rather than trusted."""
 
 # Small enough that a forward takes well under a millisecond on a CPU; tests change
 # only what they need through ``ModelSpec.tiny``.
@@ -87,6 +92,11 @@ class ModelSpec:
         if self.dtype not in DTYPES:
             raise ValueError(f"unknown dtype {self.dtype!r}; valid: {list(DTYPES)}")
         _validate_device(self.device)
+        if self.attn_implementation in UNCHECKED_ATTN:
+            raise ValueError(
+                f"attn_implementation {self.attn_implementation!r} is refused: the tree attention mask is checked "
+                f"only with {list(ATTN_IMPLEMENTATIONS)}; use one of them"
+            )
         if self.attn_implementation not in ATTN_IMPLEMENTATIONS:
             raise ValueError(
                 f"unknown attn_implementation {self.attn_implementation!r}; valid: {list(ATTN_IMPLEMENTATIONS)}"
@@ -117,6 +127,7 @@ class ModelSpec:
                 unknown = sorted(set(dict(self.tiny)) - _llama_config_keys())
                 if unknown:
                     raise ValueError(f"unknown tiny LlamaConfig keys {unknown}; e.g. {sorted(TINY_DEFAULTS)}")
+                _check_tiny_sizes(dict(self.tiny))
             if not _is_int(self.seed):
                 raise ValueError(f"seed must be an integer, got {self.seed!r}")
 
@@ -148,6 +159,14 @@ class LoadedModel:
 
 def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _check_tiny_sizes(tiny: dict) -> None:
+    """The tiny model's integer sizes (``TINY_DEFAULTS``' int keys) must be integers >= 1:
+    ``true`` is no size (transformers would build a model of width 1)."""
+    for key, default in TINY_DEFAULTS.items():
+        if key in tiny and _is_int(default) and (not _is_int(tiny[key]) or tiny[key] < 1):
+            raise ValueError(f"tiny.{key} must be an integer >= 1, got {tiny[key]!r}")
 
 
 def _validate_device(device: str) -> None:
@@ -307,6 +326,70 @@ def peek_vocab_size(spec: ModelSpec) -> int | None:
         tokens = GGUFReader(str(gguf)).fields.get("tokenizer.ggml.tokens")
         return len(tokens.data) if tokens is not None else None
     return None
+
+
+def peek_context_length(spec: ModelSpec) -> int | None:
+    """The positions a spec's model takes (``max_position_embeddings``), read without
+    loading weights like ``peek_vocab_size``; None when not knowable (``truncated`` has its
+    target's). Lets prompt + max_new_tokens + draft depth be checked before any load."""
+    if spec.source == "tiny":
+        return int({**TINY_DEFAULTS, **dict(spec.tiny or {})}["max_position_embeddings"])
+    if spec.source == "hf":
+        cfg = Path(str(spec.path)) / "config.json"
+        return json.loads(cfg.read_text()).get("max_position_embeddings") if cfg.is_file() else None
+    if spec.source == "embedded":
+        return packaged(spec.embedded).context_length
+    if spec.source == "gguf":
+        gguf = Path(str(spec.path))
+        cached = gguf_cache_path(gguf.name, gguf.stat().st_size, spec.resolved_cache_dir()) / "config.json"
+        if cached.is_file():
+            return json.loads(cached.read_text()).get("max_position_embeddings")
+        from gguf import GGUFReader  # metadata only
+
+        fields = GGUFReader(str(gguf)).fields
+        arch = fields.get("general.architecture")
+        field = fields.get(f"{arch.contents()}.context_length") if arch is not None else None
+        return int(field.contents()) if field is not None else None
+    return None
+
+
+def _gguf_identity(spec: ModelSpec) -> tuple[str, int] | None:
+    """(GGUF file name, size) whose dequantized cache a spec reads; None for sources with no cache."""
+    if spec.source == "embedded":
+        pm = packaged(spec.embedded)
+        if len(pm.chunks) > 1:
+            return pm.gguf_name, pm.size
+        try:
+            return pm.gguf_name, embedded_gguf_path(spec.embedded).stat().st_size
+        except (FileNotFoundError, ValueError):  # not installed: loading says so, naming the package
+            return None
+    if spec.source == "gguf":
+        gguf = Path(str(spec.path))
+        return gguf.name, gguf.stat().st_size
+    return None
+
+
+def check_cache_dir(spec: ModelSpec) -> None:
+    """Refuse, before anything is assembled or dequantized, a spec whose model has no cached
+    copy yet in a cache directory that cannot be written (a GGUF is assembled and its
+    dequantized copy saved there: minutes of work that would end in an error). A cache
+    that already holds the model may be read-only."""
+    ident = _gguf_identity(spec)
+    if ident is None:
+        return
+    root = spec.resolved_cache_dir()
+    hits = {gguf_cache_path(*ident, root, DTYPES[spec.dtype]), gguf_cache_path(*ident, root)}
+    if any((h / "config.json").is_file() for h in hits):
+        return
+    existing = root
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(
+            f"cache_dir {str(root)!r} cannot be written ({str(existing)!r} is "
+            f"{'not a directory' if not existing.is_dir() else 'not writable'}) and holds no copy of "
+            f"{ident[0]!r} yet: set cache_dir (or $STAGEDSPEC_CACHE) to a writable directory"
+        )
 
 
 def gguf_cache_path(gguf_name: str, size: int, cache_dir: Path, dtype: torch.dtype = torch.float32) -> Path:

