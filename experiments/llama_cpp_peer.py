@@ -1,7 +1,7 @@
 """llama.cpp as a peer (optional): its plain decoding and speculative modes on the same GGUF
 files and the same prompt token ids as ours.
 
-    python experiments/llama_cpp_peer.py --bin ~/llama.cpp/build/bin --problems 1,2,4,5,7,8 \
+    python experiments/llama_cpp_peer.py --bin ~/llama.cpp/build/bin --split test --prompts 4 \
         --max-new-tokens 96 --threads 2 --json llama_cpp.json
 
 Nothing here builds llama.cpp: point ``--bin`` at a build with ``llama-bench`` and
@@ -28,6 +28,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from stagedspec.evaluation.bench_setup import add_split_arg, pick_prompts
 from stagedspec.models.chat_text import encode_prompt
 from stagedspec.models.model_loading import ModelSpec, load_model
 from stagedspec.models.packaged import gguf_file
@@ -43,8 +44,8 @@ def parse_args(argv=None):
     ap.add_argument("--target", default="qwen2.5-coder-1.5b")
     ap.add_argument("--draft", default="qwen2.5-coder-0.5b")
     ap.add_argument("--data", default="humaneval")
-    ap.add_argument("--problems", default="1,2,4,5,7,8", help="indices into the prompt set (HumanEval test split: "
-                    "index %% 3 != 0)")
+    add_split_arg(ap)
+    ap.add_argument("--prompts", type=int, default=4, help="the first N prompts of --split (as peers.py picks them)")
     ap.add_argument("--modes", default="plain,ngram-simple,ngram-mod,draft-simple:16:0.75,draft-simple:8:0.5")
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--threads", type=int, default=2)
@@ -95,10 +96,10 @@ def main(argv=None) -> None:
     tgt_gguf, _ = gguf_file(args.target, work)
     draft_gguf, _ = gguf_file(args.draft, work)
     tok = load_model(ModelSpec(source="embedded", embedded=args.target, dtype="bfloat16")).tokenizer
-    questions = load_prompt_set(args.data)
     rows = []
-    for i in [int(x) for x in args.problems.split(",")]:
-        ids = encode_prompt(tok, questions[i].turns[:1])
+    for q in pick_prompts(load_prompt_set(args.data, split=args.split), args.prompts):
+        i = q.question_id
+        ids = encode_prompt(tok, q.turns[:1])
         prompt_file = work / f"prompt-{i}.txt"
         prompt_file.write_text(tok.decode(ids, skip_special_tokens=False))
         for mode in args.modes.split(","):
