@@ -6,13 +6,14 @@ Where a Hydra config, the decoding library and the tracker meet. One job:
    (``plan.validate_cfg``): nothing is loaded before every cheap check has passed, and
    below ``execute`` only the plan travels;
 2. skip the job if MLflow already holds a FINISHED run with the same config hash;
-3. load the models (once per process: a multirun's later jobs reuse them), build the
-   draft hierarchy (this checks each drafter's tokenizer against the target's); resolve
-   ``tree=auto`` (calibrate on prompts that are not evaluated, or read the cache) and log
-   the chosen tree, its source and prediction; decode a few prompts the job does not
-   evaluate (held-out questions of its set, or the training templates) with the method
-   and the baseline for the out-of-sample ``predicted_speedup``
-   (``evaluation/prediction.py``); all before anything is timed;
+3. assemble the job (``evaluation/job.py``): load the models (once per process: a
+   multirun's later jobs reuse them), build the draft hierarchy (this checks each drafter's
+   tokenizer against the target's), choose the kernel plan, make the method's and the
+   baseline's decoders, resolve ``tree=auto`` (calibrate on prompts that are not
+   evaluated, or read the cache) and warm up; log the chosen tree, its source and
+   prediction; decode a few prompts the job does not evaluate (held-out questions of its
+   set, or the training templates) with the method and the baseline for the out-of-sample
+   ``predicted_speedup`` (``evaluation/prediction.py``); all before anything is timed;
 4. decode every prompt turn with the plain autoregressive baseline and with the
    configured method, ``batch_size`` prompts of one category at a time
    (``evaluation.decode_paired``: the two interleaved per batch, ``repeats`` times);
