@@ -29,10 +29,9 @@ from stagedspec.drafters.hierarchy import TrainedLevel
 from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.engine.tree import AutoShape, DynamicShape, StaticShape, TreeShape, chain
-from stagedspec.evaluation.bench_setup import add_common_args, setup
+from stagedspec.evaluation.bench_setup import add_common_args, resolve_auto_tree, setup
 from stagedspec.metrics.round_stats import summarize
 from stagedspec.models.kernel_calibration import kernel_plan
-from stagedspec.search.auto_tree import attach
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "tree"
 
@@ -79,20 +78,21 @@ def main() -> None:
     n_new = args.max_new_tokens
     decs: dict[str, SpeculativeDecoder] = {"ar": SpeculativeDecoder(target.model, None, greedy, plan=plan)}
     info: dict[str, dict] = {"ar": {"kind": "ar", "nodes": 0, "depth": 0}}
-    auto_tree = None
+    auto_drafter = None
     for label, kind, shape in methods(args, target):
         drafter = make_drafter(args.drafter, target, shape)
         if kind == "auto":
-            auto_tree = attach(drafter, target, hierarchy_key=["bench_tree", args.drafter],
-                               cache_dir=target.spec.resolved_cache_dir())
+            auto_drafter = drafter
         decs[label] = SpeculativeDecoder(target.model, drafter, greedy, plan=plan)
         nodes = shape.size if isinstance(shape, StaticShape) else getattr(shape, "budget", None)
         info[label] = {"kind": kind, "nodes": nodes, "depth": shape.depth}
     t0 = time.perf_counter()
-    for label, dec in decs.items():  # warm-up; tree=auto calibrates here
+    choice = None  # tree=auto calibrates (or reads its cache) here, before the warm-up
+    if auto_drafter is not None:
+        choice = resolve_auto_tree(auto_drafter, target, ["bench_tree", args.drafter], greedy, plan)
+    for label, dec in decs.items():  # warm-up
         dec.generate([prompts[0][-32:]], 4)
-    if auto_tree is not None:
-        choice = auto_tree.choice
+    if choice is not None:
         info["tree=auto"].update(nodes=len(choice.paths), depth=max(len(p) for p in choice.paths),
                                  predicted_tokens_per_call=choice.predicted_tokens_per_call,
                                  predicted_ms_per_call=choice.predicted_ms_per_call, paths=choice.paths)
@@ -133,7 +133,7 @@ def main() -> None:
                             "threads": torch.get_num_threads(), "dtype": args.dtype, "device": args.device,
                             "kernels": plan.describe(), "drafter": args.drafter, "repeats": args.repeats,
                             "temperature": 0.0, "batch_size": 1},
-               "rows": rows, "tree_auto": auto_tree.choice.artifact() if auto_tree is not None else None}
+               "rows": rows, "tree_auto": choice.artifact() if choice is not None else None}
         Path(args.json).write_text(json.dumps(out, indent=1))
 
 

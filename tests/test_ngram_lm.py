@@ -133,14 +133,14 @@ def test_incremental_equals_bulk():
     for j in range(0, len(stream), 17):
         ctx = stream[max(0, j - 3):j]
         assert torch.equal(bulk.distribution(ctx), inc.distribution(ctx))
-    assert bulk._coc == inc._coc  # count-of-counts agree too
+    assert bulk._count_of_counts == inc._count_of_counts  # count-of-counts agree too
 
 
 def test_count_of_counts():
     lm = KatzBackoffLM(5, order=2)
     lm.update([0, 1, 0, 1, 2, 3])
-    assert {r: c for r, c in lm._coc[2].items() if c} == {1: 3, 2: 1}
-    assert {r: c for r, c in lm._coc[1].items() if c} == {1: 2, 2: 2}
+    assert {r: c for r, c in lm._count_of_counts[2].items() if c} == {1: 3, 2: 1}
+    assert {r: c for r, c in lm._count_of_counts[1].items() if c} == {1: 2, 2: 2}
 
 
 def test_reset_forgets():
@@ -269,7 +269,7 @@ def test_good_turing_table_with_katz_correction():
     from collections import Counter
 
     lm = KatzBackoffLM(10, order=2)
-    lm._coc[2] = Counter({1: 20, 2: 6, 3: 3, 4: 1, 5: 1, 6: 1})
+    lm._count_of_counts[2] = Counter({1: 20, 2: 6, 3: 3, 4: 1, 5: 1, 6: 1})
     lm._disc_cache[2] = None
     # A = 0.3; d1 = (0.6 - 0.3)/0.7, d2 = (0.75 - 0.3)/0.7, d3 = (4/9 - 0.3)/0.7;
     # d4 = 0.95/0.7 and d5 = 0.9/0.7 exceed 1 -> absolute fallback 3.5/4 and 4.5/5;

@@ -303,7 +303,7 @@ def _siblings_against_original_p(monkeypatch):
 def _staged_bonus_q_at_root(monkeypatch):
     """A staged level reports q = p[0] (its distribution at the inner root) for the bonus
     token of an inner round, instead of its distribution at the last accepted node."""
-    mutate(monkeypatch, [], model_drafter.ModelDrafter, "_propose_staged", [
+    mutate(monkeypatch, [], model_drafter.ModelDrafter, "_take_inner_round", [
         ("dists = [p[0]] + [p[i + 1] for i in path]", "dists = ([p[0]] + [p[i + 1] for i in path])[:-1] + [p[0]]"),
         ("rows = [0] + [i + 1 for i in path]", "rows = ([0] + [i + 1 for i in path])[:-1] + [0]"),
     ])

@@ -20,12 +20,9 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from stagedspec.drafters.hierarchy import build_hierarchy
-from stagedspec.engine.decoding import SpeculativeDecoder
-from stagedspec.models.kernel_calibration import kernel_plan
+from stagedspec.evaluation.job import assemble_job
 from stagedspec.metrics.round_stats import GenerationResult
-from stagedspec.models.chat_text import encode, eos_token_ids, ids_to_text
-from stagedspec.models.model_loading import load_cached
+from stagedspec.models.chat_text import encode, ids_to_text
 from .cli import entry_errors
 from .plan import CONF_DIR, ConfigError, validate_cfg
 from .view import StreamView
@@ -44,20 +41,9 @@ def generate_one(cfg: DictConfig, view: StreamView | None = None) -> dict:
     if not isinstance(prompt, str) or not prompt.strip():
         raise ConfigError(f'prompt must be non-empty text, e.g. prompt="Hello", got {prompt!r}')
     plan = validate_cfg(cfg, with_data=False, extra_keys=EXTRA_KEYS)  # before any model is loaded
-    target = load_cached(plan.target)
-    drafter = build_hierarchy(plan.levels, target, load_cached)
-    kernels = kernel_plan(target, plan.kernels)
-    eos = eos_token_ids(target)
-    dec = SpeculativeDecoder(target.model, drafter, plan.sampling, eos, context_length=target.context_length,
-                             plan=kernels)
-    ar = None
-    if plan.baseline and plan.levels:
-        ar = SpeculativeDecoder(target.model, None, plan.sampling, eos, context_length=target.context_length,
-                                plan=kernels)
+    job = assemble_job(plan, warmup_text=prompt)  # tree=auto resolved and both decoders warmed up here
+    target, dec, ar = job.target, job.method, job.baseline
     ids = encode(target, prompt, [])
-    if plan.warmup:
-        for d in (dec, ar) if ar is not None else (dec,):
-            d.generate([ids[-32:]], min(4, plan.max_new_tokens))
     if view is not None:
         view.start([lv.name for lv in plan.levels], lambda xs: ids_to_text(target, xs))
     res = dec.generate([ids], plan.max_new_tokens, on_round=view)

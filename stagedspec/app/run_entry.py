@@ -6,13 +6,14 @@ Where a Hydra config, the decoding library and the tracker meet. One job:
    (``plan.validate_cfg``): nothing is loaded before every cheap check has passed, and
    below ``execute`` only the plan travels;
 2. skip the job if MLflow already holds a FINISHED run with the same config hash;
-3. load the models (once per process: a multirun's later jobs reuse them), build the
-   draft hierarchy (this checks each drafter's tokenizer against the target's); resolve
-   ``tree=auto`` (calibrate on prompts that are not evaluated, or read the cache) and log
-   the chosen tree, its source and prediction; decode a few prompts the job does not
-   evaluate (held-out questions of its set, or the training templates) with the method
-   and the baseline for the out-of-sample ``predicted_speedup``
-   (``evaluation/prediction.py``); all before anything is timed;
+3. assemble the job (``evaluation/job.py``): load the models (once per process: a
+   multirun's later jobs reuse them), build the draft hierarchy (this checks each drafter's
+   tokenizer against the target's), choose the kernel plan, make the method's and the
+   baseline's decoders, resolve ``tree=auto`` (calibrate on prompts that are not
+   evaluated, or read the cache) and warm up; log the chosen tree, its source and
+   prediction; decode a few prompts the job does not evaluate (held-out questions of its
+   set, or the training templates) with the method and the baseline for the out-of-sample
+   ``predicted_speedup`` (``evaluation/prediction.py``); all before anything is timed;
 4. decode every prompt turn with the plain autoregressive baseline and with the
    configured method, ``batch_size`` prompts of one category at a time
    (``evaluation.decode_paired``: the two interleaved per batch, ``repeats`` times);
@@ -41,7 +42,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -50,20 +50,16 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from stagedspec.drafters.hierarchy import build_hierarchy
-from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.evaluation.divergence import divergence_metrics, divergences
+from stagedspec.evaluation.job import Job, NoRoomForPrompt, assemble_job
 from stagedspec.evaluation.paired import decode_paired, job_metrics
 from stagedspec.evaluation.prediction import calibration_ids, predict
-from stagedspec.models.chat_text import encode, eos_token_ids, ids_to_text
-from stagedspec.models.kernel_calibration import kernel_plan
-from stagedspec.models.model_loading import LoadedModel, load_cached
-from stagedspec.search.auto_tree import prepare
+from stagedspec.models.chat_text import ids_to_text
 from .cli import entry_errors
 from .identity import config_hash, job_params, run_name
 from .plan import CONF_DIR, ConfigError, JobPlan, validate_cfg
 from .sweep_callback import parent_run_id, swept
-from .tracking import Tracker, child_note, tracker_for
+from .tracking import NoTracker, Tracker, child_note, tracker_for
 from .view import job_page
 
 log = logging.getLogger(__name__)
@@ -81,110 +77,60 @@ def execute(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, flo
     out_dir = Path(out_dir or (hc.runtime.output_dir if hc else Path.cwd()))
     out_dir.mkdir(parents=True, exist_ok=True)
     job_num = int(hc.job.num) if hc is not None and hc.job.get("num") is not None else 0
-    tracker = tracker_for(cfg)
-    if tracker is not None and plan.resume:
+    tracker = tracker_for(cfg) or NoTracker()
+    if plan.resume:
         done = tracker.finished_child(chash)
         if done is not None:
             log.info("skipping, already done: run %s has config hash %s", done, chash[:12])
             return None
     # what the job is written down as: the resolved config without Hydra's node
     config_yaml = OmegaConf.to_yaml(_task_cfg(cfg), resolve=True)
-    params = job_params(cfg, plan) if tracker is not None else {}
+    params = job_params(cfg, plan)
     tags = {
         "stagedspec.method": plan.method, "stagedspec.device": plan.device,
         "stagedspec.experiment": plan.experiment_name, "stagedspec.data": plan.data_name,
     }
     top = plan.levels[-1].name if plan.levels else None
     name = run_name(plan.run_name, hc.overrides.task if hc is not None else [], swept(), top)
-    run_id = None
-    if tracker is not None:
-        run_id = tracker.start_child(parent_run_id(), chash, name, tags, redo_finished=not plan.resume)
+    run_id = tracker.start_child(parent_run_id(), chash, name, tags, redo_finished=not plan.resume)
     try:
-        if tracker is not None:
-            tracker.log_prompt_set(run_id, plan.questions, plan.data_name, str(plan.data_path) if plan.data_path else None)
+        tracker.log_prompt_set(run_id, plan.questions, plan.data_name, str(plan.data_path) if plan.data_path else None)
         metrics = _run_job(plan, out_dir, job_num, config_yaml, params, tracker, run_id, name)
     except BaseException:
-        if tracker is not None:
-            tracker.end(run_id, "FAILED")
+        tracker.end(run_id, "FAILED")
         raise
-    if tracker is not None:
-        tracker.end(run_id, "FINISHED")
+    tracker.end(run_id, "FINISHED")
     return metrics
 
 
 def _run_job(
     plan: JobPlan, out_dir: Path, job_num: int, config_yaml: str, params: dict[str, Any],
-    tracker: Tracker | None, run_id: str | None, name: str = "",
+    tracker: Tracker | NoTracker, run_id: str | None, name: str = "",
 ) -> dict[str, float]:
-    t0 = time.perf_counter()
-    target = load_cached(plan.target)
-    drafter = build_hierarchy(plan.levels, target, load_cached)  # checks tokenizers, naming the level
-    if tracker is not None:
-        draft_models = {lv.name: _level_model_name(lv, target) for lv in plan.levels}
-        tracker.log(run_id, tags={"stagedspec.target_model": target.name, "stagedspec.draft_models": json.dumps(draft_models)})
-    load_s = time.perf_counter() - t0
-    eos = eos_token_ids(target)
-    kernels = kernel_plan(target, plan.kernels)
-    if tracker is not None:
-        tracker.log(run_id, tags={"stagedspec.kernel_plan": kernels.describe()})
-    # the method and the plain baseline share every kernel choice
-    method_dec = SpeculativeDecoder(target.model, drafter, plan.sampling, eos, context_length=target.context_length,
-                                    plan=kernels)
-    ar_dec = SpeculativeDecoder(target.model, None, plan.sampling, eos, context_length=target.context_length,
-                                plan=kernels)
-    depth = method_dec.draft_depth
-    max_prompt = target.context_length - plan.max_new_tokens - depth
-    if max_prompt < 1:
-        raise ConfigError(
-            f"max_new_tokens={plan.max_new_tokens} plus draft depth {depth} leaves no room for a prompt in "
-            f"{target.name}'s context of {target.context_length} tokens"
-        )
-    # tree=auto: calibrate (or read the cached calibration) now, outside every timed batch,
-    # whatever `warmup` says; the chosen tree and what it predicts go to the run
-    choice = prepare(drafter, plan.sampling, kernels)
-    if choice is not None:
-        (out_dir / "tree_auto.json").write_text(json.dumps(choice.artifact(), indent=1, default=str))
-        if tracker is not None:
-            tracker.log(run_id, params=choice.params(),
-                        tags={"stagedspec.tree_auto": f"{len(choice.paths)} nodes, source "
-                                                      f"{choice.calibration.key.get('source')}"})
-    if plan.warmup:  # first forwards allocate; keep that out of either method's time
-        first = encode(target, plan.questions[0].turns[0], [])[-min(32, max_prompt) :]
-        for dec in (method_dec, ar_dec):
-            dec.generate([first], min(4, plan.max_new_tokens))
-
-    prediction: dict[str, float] = {}
-    if plan.prediction_prompts and plan.levels and plan.baseline:  # out of sample: before any timed batch
-        n = -(-max(plan.prediction_prompts, plan.batch_size) // plan.batch_size) * plan.batch_size
-        tokens = min(plan.prediction_tokens, plan.max_new_tokens)  # more than the job decodes samples nothing it sees
-        ids, where = calibration_ids(target, plan.prediction_source, n, plan.heldout_questions, max_prompt,
-                                     tokens=tokens, data_name=plan.data_name)
-        prediction = predict(method_dec, ar_dec, ids, tokens=tokens, batch_size=plan.batch_size,
-                             max_new_tokens=plan.max_new_tokens, seed=plan.seed)
-        if tracker is not None and prediction:
-            tracker.log(run_id, params={"prediction.calibration": where})
-        if prediction:
-            log.info("predicted before timing: %.2fx, %.2f tokens/call (%s)", prediction["predicted_speedup"],
-                     prediction["predicted_tokens_per_call"], where)
-
+    """The job's steps: assemble it (load, calibrate, resolve tree=auto, warm up), predict,
+    decode method and baseline paired, measure, write the files and log the run."""
+    job = _assemble(plan)
+    target = job.target
+    _log_assembly(plan, job, out_dir, tracker, run_id)
+    prediction = _predict(plan, job, tracker, run_id)
     with logging_redirect_tqdm():  # method and baseline interleaved batch by batch, `repeats` times each
-        run, ar = decode_paired(method_dec, ar_dec if plan.baseline and plan.levels else None, target,
-                                plan.questions, batch_size=plan.batch_size, max_new_tokens=plan.max_new_tokens,
-                                max_prompt=max_prompt, repeats=plan.repeats, seed=plan.seed,
-                                after_batch=lambda: _maybe_fail(job_num))
+        run, ar = decode_paired(job.method, job.baseline, target, plan.questions, batch_size=plan.batch_size,
+                                max_new_tokens=plan.max_new_tokens, max_prompt=job.max_prompt, repeats=plan.repeats,
+                                seed=plan.seed, after_batch=lambda: _maybe_fail(job_num))
         if plan.baseline and not plan.levels:
             ar = run  # the method *is* the baseline: speedup 1 by definition
-
+    compared = ar is not None and ar is not run  # plain decoding ran beside the method
+    plain = ar.records if compared else []
     metrics = job_metrics(run, ar, plan.sampling.greedy, prediction)
-    if plan.sampling.greedy and ar is not None and ar is not run:  # where greedy left plain decoding, and why
-        found = divergences(target.model, run.records, ar.records)
+    if plan.sampling.greedy and compared:  # where greedy left plain decoding, and why
+        found = divergences(target.model, run.records, plain)
         for rec, d in zip(run.records, found):
             rec["divergence"] = d
         metrics |= divergence_metrics(found)
-    metrics["model_load_s"] = load_s
-    if choice is not None:  # the tree's prediction beside what the run measured (tokens_per_call)
-        metrics.update(choice.metrics())
-    _write(out_dir, run.records + (ar.records if ar is not None and ar is not run else []), metrics, config_yaml)
+    metrics["model_load_s"] = job.load_s
+    if job.tree_choice is not None:  # the tree's prediction beside what the run measured (tokens_per_call)
+        metrics.update(job.tree_choice.metrics())
+    _write(out_dir, run.records + plain, metrics, config_yaml)
     (out_dir / "view.html").write_text(job_page(
         plan.method, [lv.name for lv in plan.levels], run.records, lambda ids: ids_to_text(target, ids),
         {q.question_id: q.turns for q in plan.questions}), encoding="utf-8")
@@ -193,19 +139,64 @@ def _run_job(
         metrics["tokens_per_s"], f" (AR {metrics['ar_tokens_per_s']:.2f}, speedup {metrics['speedup']:.3f})" if ar else "",
         metrics["mean_accepted_tokens_per_call"], metrics.get("acceptance_rate", float("nan")), len(run.records), out_dir,
     )
-    if tracker is not None:
-        tracker.log(run_id, params=params, metrics=metrics)
-        tracker.describe(run_id, child_note(name or plan.run_name, metrics, _data_text(plan), plan.max_new_tokens))
-        tracker.log_table(run_id, outputs_table(plan, run.records, ar.records if ar is not None and ar is not run else []),
-                          "outputs_table.json")
-        for fname in ARTIFACTS:
-            tracker.log_artifact(run_id, out_dir / fname)
-        if choice is not None:
-            tracker.log_artifact(run_id, out_dir / "tree_auto.json")
-        overrides = out_dir / ".hydra" / "overrides.yaml"  # the job's command-line overrides, as Hydra wrote them
-        if overrides.is_file():
-            tracker.log_artifact(run_id, overrides, "hydra")
+    _log_results(plan, out_dir, params, metrics, run.records, plain, tracker, run_id, name, job.tree_choice is not None)
     return metrics
+
+
+def _assemble(plan: JobPlan) -> Job:
+    """``evaluation.job.assemble_job``, its room check reported as a config error."""
+    try:
+        return assemble_job(plan, warmup_text=plan.questions[0].turns[0])
+    except NoRoomForPrompt as e:
+        raise ConfigError(str(e)) from e
+
+
+def _log_assembly(plan: JobPlan, job: Job, out_dir: Path, tracker: Tracker | NoTracker, run_id: str | None) -> None:
+    """The models, the kernel plan and tree=auto's choice (also written to tree_auto.json)."""
+    tracker.log(run_id, tags={"stagedspec.target_model": job.target.name,
+                              "stagedspec.draft_models": json.dumps(job.draft_models)})
+    tracker.log(run_id, tags={"stagedspec.kernel_plan": job.kernels.describe()})
+    choice = job.tree_choice
+    if choice is not None:
+        (out_dir / "tree_auto.json").write_text(json.dumps(choice.artifact(), indent=1, default=str))
+        tracker.log(run_id, params=choice.params(),
+                    tags={"stagedspec.tree_auto": f"{len(choice.paths)} nodes, source "
+                                                  f"{choice.calibration.key.get('source')}"})
+
+
+def _predict(plan: JobPlan, job: Job, tracker: Tracker | NoTracker, run_id: str | None) -> dict[str, float]:
+    """The out-of-sample ``predicted_speedup``, from prompts the job does not evaluate,
+    decoded before any timed batch ({} without levels, baseline or prediction prompts)."""
+    if not (plan.prediction_prompts and job.baseline is not None):
+        return {}
+    n = -(-max(plan.prediction_prompts, plan.batch_size) // plan.batch_size) * plan.batch_size
+    tokens = min(plan.prediction_tokens, plan.max_new_tokens)  # more than the job decodes samples nothing it sees
+    ids, where = calibration_ids(job.target, plan.prediction_source, n, plan.heldout_questions, job.max_prompt,
+                                 tokens=tokens, data_name=plan.data_name)
+    prediction = predict(job.method, job.baseline, ids, tokens=tokens, batch_size=plan.batch_size,
+                         max_new_tokens=plan.max_new_tokens, seed=plan.seed)
+    if prediction:
+        tracker.log(run_id, params={"prediction.calibration": where})
+        log.info("predicted before timing: %.2fx, %.2f tokens/call (%s)", prediction["predicted_speedup"],
+                 prediction["predicted_tokens_per_call"], where)
+    return prediction
+
+
+def _log_results(
+    plan: JobPlan, out_dir: Path, params: dict[str, Any], metrics: dict[str, float], records: list[dict],
+    plain: list[dict], tracker: Tracker | NoTracker, run_id: str | None, name: str, tree_auto: bool,
+) -> None:
+    """Params, metrics, the description, the outputs table and the artifacts, to the run."""
+    tracker.log(run_id, params=params, metrics=metrics)
+    tracker.describe(run_id, child_note(name or plan.run_name, metrics, _data_text(plan), plan.max_new_tokens))
+    tracker.log_table(run_id, outputs_table(plan, records, plain), "outputs_table.json")
+    for fname in ARTIFACTS:
+        tracker.log_artifact(run_id, out_dir / fname)
+    if tree_auto:
+        tracker.log_artifact(run_id, out_dir / "tree_auto.json")
+    overrides = out_dir / ".hydra" / "overrides.yaml"  # the job's command-line overrides, as Hydra wrote them
+    if overrides.is_file():
+        tracker.log_artifact(run_id, overrides, "hydra")
 
 
 def _data_text(plan: JobPlan) -> str:
@@ -261,15 +252,6 @@ def _maybe_fail(job_num: int) -> None:
         logging.shutdown()
         os._exit(137)
     raise RuntimeError(f"test hook {FAIL_AFTER_ENV}={after}: job {job_num} fails mid-way")
-
-
-def _level_model_name(level: Any, target: LoadedModel) -> str:
-    spec = level.spec() if hasattr(level, "spec") else None
-    if spec is None:
-        return type(level).__name__
-    if spec.source == "truncated":
-        return f"{target.name}-first{spec.layers}"  # truncated_copy's name
-    return load_cached(spec).name  # already loaded by build_hierarchy
 
 
 def _task_cfg(cfg: DictConfig) -> DictConfig:

@@ -305,6 +305,54 @@ class Tracker:
         self.describe(parent_run_id, parent_note(ranked))
 
 
+class NoTracker:
+    """Tracking off (``tracking.uri`` empty): ``Tracker``'s interface, every method doing
+    nothing, so a job logs the same way whether or not anything records it."""
+
+    uri = None
+    experiment_id = None
+
+    def parent_run(self, sweep_id: str, name: str, tags: dict[str, str]) -> None:
+        return None
+
+    def finished_child(self, config_hash: str) -> str | None:
+        return None  # nothing recorded, nothing to skip
+
+    def start_child(
+        self, parent_run_id: str | None, config_hash: str, name: str, tags: dict[str, str], redo_finished: bool = False
+    ) -> None:
+        return None
+
+    def log(
+        self, run_id: str | None, params: dict[str, Any] | None = None, metrics: dict[str, float] | None = None,
+        tags: dict[str, Any] | None = None, step: int = 0,
+    ) -> None:
+        pass
+
+    def describe(self, run_id: str | None, markdown: str) -> None:
+        pass
+
+    def log_artifact(self, run_id: str | None, path: str | Path, artifact_path: str | None = None) -> None:
+        pass
+
+    def log_table(self, run_id: str | None, table: Any, artifact_file: str) -> None:
+        pass
+
+    def log_prompt_set(
+        self, run_id: str | None, questions: list[Any], name: str, source: str | None, context: str = "eval",
+    ) -> None:
+        pass
+
+    def end(self, run_id: str | None, status: str = "FINISHED") -> None:
+        pass
+
+    def children(self, parent_run_id: str) -> list[Any]:
+        return []
+
+    def summarize_parent(self, parent_run_id: str) -> None:
+        pass
+
+
 def held_system_metrics_monitor(run_id: str, interval_s: float, uri: str) -> Any:
     """MLflow's system metrics monitor (CPU, memory, disk, network through psutil), its
     samples held until the run ends (``mon.held``, logged by ``Tracker.end``) instead of

@@ -16,6 +16,8 @@ verifier's induction (sampled pick first, point masses after) holds unchanged.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from stagedspec.engine.drafter_protocol import Drafter
@@ -138,84 +140,86 @@ class ModelDrafter(Drafter):
         to its own ancestors, so an alternative can hang from any spine token."""
         kv, lower = self.kv, self.lower
         assert lower is not None
-        B, m, greedy = len(contexts), self._spine_length(), self.sampling.greedy
-        tails = kv.sync(contexts, min_tail=1)
-        spine: list[list[int]] = [[] for _ in range(B)]
-        origin: list[list[str]] = [[] for _ in range(B)]
-        spine_slot: list[list[int | None]] = [[] for _ in range(B)]  # None: not fed yet
-        # known[b][i]: what this model knows after spine token i - 1 (i = 0: the root), pick included
-        known: list[list[NodeDist]] = [[] for _ in range(B)]
-        unfed = [list(t) for t in tails]  # the path's tokens not yet in the cache: a chain
-        last_slot: list[int] = [-1] * B  # pending slot of the path's last fed token (-1: the committed end)
-        root_slot: list[int] = [-1] * B
-        drafted: list[dict[str, int]] = [{} for _ in range(B)]
-        accepted: list[dict[str, int]] = [{} for _ in range(B)]
-        stopped = [False] * B  # a pick this model was unsure of ended the row's spine (stop_below)
+        B, m = len(contexts), self._spine_length()
+        spines = _Spines.start(kv.sync(contexts, min_tail=1))
         first = True
-        while first or any(len(s) < m and not stopped[b] for b, s in enumerate(spine)):
-            need = [True] * B if first else [len(s) < m and not stopped[b] for b, s in enumerate(spine)]
-            drafts = lower.propose([contexts[b] + spine[b] for b in range(B)])
-            P = kv.n_pending
-            toks, pars, want = [], [], []
+        while first or any(spines.growing(b, m) for b in range(B)):
+            need = [first or spines.growing(b, m) for b in range(B)]
+            drafts = lower.propose([contexts[b] + spines.tokens[b] for b in range(B)])
+            pending = kv.n_pending
+            feeds = [self._inner_feed(spines, b, drafts[b], pending) if need[b] else ([], [], []) for b in range(B)]
+            logits = kv.extend([f[0] for f in feeds], [f[1] for f in feeds], [f[2] for f in feeds])
+            accepted = [0] * B
             for b in range(B):
-                if not need[b]:
-                    toks.append([]), pars.append([]), want.append([])
-                    continue
-                u, d = unfed[b], drafts[b]
-                root = P + len(u) - 1
-                toks.append(u + d.tokens)
-                pars.append([last_slot[b]] + list(range(P, root)) + [root if q < 0 else root + 1 + q for q in d.parents])
-                want.append(list(range(len(u) - 1, len(u) + len(d))))
-            logits = kv.extend(toks, pars, want)
-            acc = [0] * B
-            for b in range(B):
-                if not need[b]:
-                    continue
-                d, lg = drafts[b], logits[b]
-                root = P + len(unfed[b]) - 1
-                if first:
-                    root_slot[b] = root
-                else:  # this round fed the previous round's last token, a spine token
-                    spine_slot[b][-1] = root
-                lg = lg.float()
-                if greedy:
-                    p = None
-                    path, tok = verify_tree_greedy(d, lg.argmax(-1).tolist())
-                else:
-                    p = probabilities(lg, self.sampling)
-                    path, tok = verify_tree(d, p, self.generator)
-                # each emitted token is distributed as this model's q at its position
-                tokens = [d.tokens[i] for i in path] + [tok]
-                rows = [0] + [i + 1 for i in path]
-                slots = [root] + [root + 1 + i for i in path]
-                origins = [d.origin[i] for i in path] + [self.name]
-                appended = 0
-                for j, (x, o) in enumerate(zip(tokens, origins)):
-                    if len(spine[b]) <= m:  # also what follows the spine's last token, when known
-                        known[b].append(NodeDist(lg[rows[j]], None if p is None else p[rows[j]], pick=x))
-                    if len(spine[b]) >= m:
-                        break
-                    spine[b].append(x)
-                    origin[b].append(o)
-                    spine_slot[b].append(slots[j + 1] if j < len(path) else None)
-                    appended += 1
-                    if not confident(known[b][-1], x, self.stop_below):  # grow_trees stops at the same pick
-                        stopped[b] = True
-                        break
-                kept = min(len(path), appended)  # the lower's tokens offered upward: within the spine
-                unfed[b] = [tok]
-                last_slot[b] = slots[-1]
-                _merge(drafted[b], {lower.name: len(d)}, d.drafted)
-                _merge(accepted[b], {lower.name: kept}, d.accepted)
-                acc[b] = len(path)
-            lower.feedback(acc)
+                if need[b]:
+                    accepted[b] = self._take_inner_round(spines, b, drafts[b], logits[b], pending, first, m)
+            lower.feedback(accepted)
             first = False
-        return self._grow_from_spine(contexts, spine, origin, spine_slot, known, root_slot, drafted, accepted)
+        return self._grow_from_spine(contexts, spines)
 
-    def _grow_from_spine(self, contexts, spine, origin, spine_slot, known, root_slot, drafted, accepted):
+    @staticmethod
+    def _inner_feed(spines: "_Spines", b: int, draft: DraftTree, pending: int
+                    ) -> tuple[list[int], list[int], list[int]]:
+        """Row b's input to an inner verification forward: the spine's unfed tokens (a chain
+        after the last fed one) then the lower level's draft tree; each token's parent slot;
+        the rows whose logits verify the draft (the last unfed token's onwards)."""
+        unfed = spines.unfed[b]
+        root = pending + len(unfed) - 1
+        tokens = unfed + draft.tokens
+        parents = ([spines.last_slot[b]] + list(range(pending, root))
+                   + [root if q < 0 else root + 1 + q for q in draft.parents])
+        wanted = list(range(len(unfed) - 1, len(unfed) + len(draft)))
+        return tokens, parents, wanted
+
+    def _take_inner_round(self, spines: "_Spines", b: int, d: DraftTree, lg: torch.Tensor, pending: int,
+                          first: bool, m: int) -> int:
+        """Verify row b's lower draft against this model's logits ``lg`` and extend the
+        spine by the emitted tokens (up to ``m``, or a pick this model was unsure of);
+        returns how many of the lower level's tokens were accepted."""
+        root = pending + len(spines.unfed[b]) - 1
+        if first:
+            spines.root_slot[b] = root
+        else:  # this round fed the previous round's last token, a spine token
+            spines.slots[b][-1] = root
+        lg = lg.float()
+        if self.sampling.greedy:
+            p = None
+            path, tok = verify_tree_greedy(d, lg.argmax(-1).tolist())
+        else:
+            p = probabilities(lg, self.sampling)
+            path, tok = verify_tree(d, p, self.generator)
+        # each emitted token is distributed as this model's q at its position
+        tokens = [d.tokens[i] for i in path] + [tok]
+        rows = [0] + [i + 1 for i in path]
+        slots = [root] + [root + 1 + i for i in path]
+        origins = [d.origin[i] for i in path] + [self.name]
+        spine, known = spines.tokens[b], spines.known[b]
+        appended = 0
+        for j, (x, o) in enumerate(zip(tokens, origins)):
+            if len(spine) <= m:  # also what follows the spine's last token, when known
+                known.append(NodeDist(lg[rows[j]], None if p is None else p[rows[j]], pick=x))
+            if len(spine) >= m:
+                break
+            spine.append(x)
+            spines.origin[b].append(o)
+            spines.slots[b].append(slots[j + 1] if j < len(path) else None)
+            appended += 1
+            if not confident(known[-1], x, self.stop_below):  # grow_trees stops at the same pick
+                spines.stopped[b] = True
+                break
+        kept = min(len(path), appended)  # the lower's tokens offered upward: within the spine
+        spines.unfed[b] = [tok]
+        spines.last_slot[b] = slots[-1]
+        _merge(spines.drafted[b], {self.lower.name: len(d)}, d.drafted)
+        _merge(spines.accepted[b], {self.lower.name: kept}, d.accepted)
+        return len(path)
+
+    def _grow_from_spine(self, contexts: list[list[int]], spines: "_Spines") -> list[DraftTree]:
         """The tree around the spine, from this model's own preferences; nodes whose
         distribution the inner decoding did not compute are scored by batched forwards."""
         kv, B = self.kv, len(contexts)
+        spine, origin, spine_slot, known = spines.tokens, spines.origin, spines.slots, spines.known
+        root_slot, drafted, accepted = spines.root_slot, spines.drafted, spines.accepted
         # a node of the tree being grown is spine token i when its rank path is i + 1 zeros (i < m)
         spine_of: list[dict[int, int]] = [{-1: -1} for _ in range(B)]
         slot: list[dict[int, int]] = [{-1: root_slot[b]} for b in range(B)]
@@ -277,6 +281,42 @@ class ModelDrafter(Drafter):
                     tree.origin[n] = origin[b][i]
             tree.drafted, tree.accepted = drafted[b], accepted[b]
         return trees
+
+
+@dataclass
+class _Spines:
+    """Per row, what a staged level's inner decoding has built so far."""
+
+    tokens: list[list[int]]
+    """The spine: the tree's rank-0 chain, drawn by the inner decoding."""
+    origin: list[list[str]]
+    """The level that proposed each spine token."""
+    slots: list[list[int | None]]
+    """Each spine token's pending cache slot (None: not fed yet)."""
+    known: list[list[NodeDist]]
+    """known[b][i]: what this model knows after spine token i - 1 (i = 0: the root), pick included."""
+    unfed: list[list[int]]
+    """The path's tokens not yet in the cache: a chain."""
+    last_slot: list[int]
+    """Pending slot of the path's last fed token (-1: the committed end)."""
+    root_slot: list[int]
+    drafted: list[dict[str, int]]
+    accepted: list[dict[str, int]]
+    stopped: list[bool]
+    """A pick this model was unsure of ended the row's spine (stop_below)."""
+
+    @classmethod
+    def start(cls, tails: list[list[int]]) -> "_Spines":
+        """Empty spines over each row's uncached context tail."""
+        B = len(tails)
+        return cls(tokens=[[] for _ in range(B)], origin=[[] for _ in range(B)], slots=[[] for _ in range(B)],
+                   known=[[] for _ in range(B)], unfed=[list(t) for t in tails], last_slot=[-1] * B,
+                   root_slot=[-1] * B, drafted=[{} for _ in range(B)], accepted=[{} for _ in range(B)],
+                   stopped=[False] * B)
+
+    def growing(self, b: int, m: int) -> bool:
+        """Row b's spine is shorter than ``m`` and no unsure pick ended it."""
+        return len(self.tokens[b]) < m and not self.stopped[b]
 
 
 def _merge(into: dict[str, int], *parts: dict[str, int]) -> None:

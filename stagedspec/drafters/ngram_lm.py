@@ -59,8 +59,8 @@ class KatzBackoffLM:
         ]
         # _hist[k][h] = c(h) = sum_w c(h, w): kept alongside so a lookup is O(1).
         self._hist: list[dict[tuple[int, ...], int]] = [{} for _ in range(self.order + 1)]
-        # _coc[k][r] = number of distinct k-grams seen exactly r times (Good-Turing n_r).
-        self._coc: list[Counter[int]] = [Counter() for _ in range(self.order + 1)]
+        # _count_of_counts[k][r] = number of distinct k-grams seen exactly r times (Good-Turing n_r).
+        self._count_of_counts: list[Counter[int]] = [Counter() for _ in range(self.order + 1)]
         # Only the last order-1 tokens are needed to continue the stream.
         self._tail: list[int] = []
         self.num_tokens = 0
@@ -94,7 +94,7 @@ class KatzBackoffLM:
                 r = conts.get(w, 0)
                 conts[w] = r + 1
                 self._hist[k][h] = self._hist[k].get(h, 0) + 1
-                coc = self._coc[k]
+                coc = self._count_of_counts[k]
                 if r:
                     coc[r] -= 1
                 coc[r + 1] += 1
@@ -125,7 +125,9 @@ class KatzBackoffLM:
         # With a base LM the counts-of-counts are summed: not those of the merged counts (a
         # k-gram seen in both is counted twice), but a smoothing heuristic needs no more; q
         # stays a proper distribution either way, and exactness never depends on q's values.
-        coc = self._coc[k] + self.base._coc[k] if self.base is not None else self._coc[k]
+        coc = self._count_of_counts[k]  # n_r: how many k-grams were seen exactly r times
+        if self.base is not None:
+            coc = coc + self.base._count_of_counts[k]
         table = torch.ones(KATZ_K + 2, dtype=torch.float64)
         n1 = coc.get(1, 0)
         A = (KATZ_K + 1) * coc.get(KATZ_K + 1, 0) / n1 if n1 else None

@@ -99,94 +99,121 @@ class SpeculativeDecoder:
         when the sequence ended there (else ""). Its time counts in the round's overhead."""
         self._validate(prompts, max_new_tokens)
         gen = torch.Generator().manual_seed(self.sampling.seed)
-        B = len(prompts)
         draft_name = self.drafter.name if self.drafter is not None else None
         results = [SequenceResult(prompt_ids=list(p), draft_level=draft_name) for p in prompts]
         contexts = [list(p) for p in prompts]
-        active = list(range(B))
+        active = list(range(len(prompts)))
         res = GenerationResult(sequences=results)
         t_start = time.perf_counter()
-        self.kv.reset(B)
+        features = self._prefill(contexts, gen)
+        res.prefill_time = time.perf_counter() - t_start
+        fwd0 = self._forward_stats()
+        while active:
+            active = self._round(contexts, results, active, features, gen, res, max_new_tokens, on_round)
+        res.wall_time = time.perf_counter() - t_start
+        self._forward_times(res, fwd0)
+        return res
+
+    def _prefill(self, contexts: list[list[int]], gen: torch.Generator) -> _Features | None:
+        """Reset the caches, set the drafter up and cache all but each prompt's last token,
+        which is the first round's root; the target's hidden states for a feature draft."""
+        self.kv.reset(len(contexts))
         if self.drafter is not None:
             self.drafter.setup(self.sampling, gen, self.plan)
-            self.drafter.reset(B)
-        # prefill: cache all but each prompt's last token, which is the first round's root
+            self.drafter.reset(len(contexts))
         out = self.kv.extend_chain(self.kv.sync([c[:-1] for c in contexts]), want_last=False, hidden=self.features)
         features = _Features(out[1]) if self.features else None
         if self.drafter is not None:
             self.drafter.prefill(contexts)
-        res.prefill_time = time.perf_counter() - t_start
-        fwd0 = self._forward_stats()
+        return features
 
-        while active:
-            ctxs = [contexts[i] for i in active]
-            before = self._forward_stats()
-            t0 = time.perf_counter()
-            if self.drafter is None:
-                trees = [DraftTree() for _ in ctxs]
-            else:
-                trees = self.drafter.propose(ctxs, features.rows if features is not None else None)
-            t1 = time.perf_counter()
-            logits, widths, tail_lens, states = self._score(ctxs, trees)
-            t2 = time.perf_counter()
-            after = self._forward_stats()
-            calls = {lv.name: after[lv.name][1] - before[lv.name][1] for lv in self.levels}
-            accepted, keep = [], []
-            n_max = max(widths)
-            greedy = self.sampling.greedy
-            for row, (i, tree) in enumerate(zip(active, trees)):
-                if greedy:
-                    path, tok = verify_tree_greedy(tree, logits[row].argmax(-1).tolist())
-                else:
-                    path, tok = verify_tree(tree, probabilities(logits[row], self.sampling), gen)
-                accepted.append(len(path))
-                if features is not None:  # the target's states at what it now holds: tail + accepted path
-                    n_tail = tail_lens[row]
-                    features.append(row, states[row][list(range(n_tail)) + [n_tail + j for j in path]])
-                new = [tree.tokens[j] for j in path] + [tok]
-                origin = [tree.origin[j] for j in path] + [TARGET]
-                room = max_new_tokens - len(results[i].output_ids)
-                new, origin = new[:room], origin[:room]
-                eos_at = next((j for j, t in enumerate(new) if t in self.eos), None)
-                if eos_at is not None:
-                    new, origin = new[: eos_at + 1], origin[: eos_at + 1]
-                contexts[i].extend(new)
-                results[i].output_ids.extend(new)
-                results[i].provenance.extend(origin)
-                stats = RoundStats(
-                    drafted=dict(tree.drafted), accepted=dict(tree.accepted),
-                    emitted=len(new), target_positions=1 + len(tree), accepted_depth=len(path),
-                    rejected=(path[-1] if path else -1) in tree.parents, draft_depth=tree.depth(),
-                    tree_nodes=len(tree), padding_positions=n_max - widths[row],
-                )
-                if draft_name is not None:
-                    owner = tree.owner or draft_name
-                    stats.drafted[owner] = stats.drafted.get(owner, 0) + len(tree)
-                    stats.accepted[owner] = stats.accepted.get(owner, 0) + len(path)
-                results[i].record(stats)
-                if eos_at is not None:
-                    results[i].finished_reason = "eos"
-                elif len(results[i].output_ids) >= max_new_tokens:
-                    results[i].finished_reason = "length"
-                else:
-                    keep.append(row)
-                if on_round is not None:
-                    on_round(i, new, origin, stats, results[i].finished_reason)
+    def _round(self, contexts: list[list[int]], results: list[SequenceResult], active: list[int],
+               features: _Features | None, gen: torch.Generator, res: GenerationResult, max_new_tokens: int,
+               on_round: OnRound | None) -> list[int]:
+        """One round: draft, score every row's tree in one target call, verify and commit
+        each row; returns the rows still decoding."""
+        ctxs = [contexts[i] for i in active]
+        before = self._forward_stats()
+        t0 = time.perf_counter()
+        if self.drafter is None:
+            trees = [DraftTree() for _ in ctxs]
+        else:
+            trees = self.drafter.propose(ctxs, features.rows if features is not None else None)
+        t1 = time.perf_counter()
+        logits, widths, tail_lens, states = self._score(ctxs, trees)
+        t2 = time.perf_counter()
+        after = self._forward_stats()
+        calls = {lv.name: after[lv.name][1] - before[lv.name][1] for lv in self.levels}
+        accepted, keep = [], []
+        n_max = max(widths)
+        for row, (i, tree) in enumerate(zip(active, trees)):
+            path, tok = self._verify(tree, logits[row], gen)
+            accepted.append(len(path))
+            if features is not None:  # the target's states at what it now holds: tail + accepted path
+                n_tail = tail_lens[row]
+                features.append(row, states[row][list(range(n_tail)) + [n_tail + j for j in path]])
+            new, origin, stats = self._commit(contexts[i], results[i], tree, path, tok, max_new_tokens,
+                                              padding=n_max - widths[row])
+            if not results[i].finished_reason:
+                keep.append(row)
+            if on_round is not None:
+                on_round(i, new, origin, stats, results[i].finished_reason)
+        if self.drafter is not None:
+            self.drafter.feedback(accepted)
+        if len(keep) < len(active):
+            self.kv.keep_rows(keep)
+            if features is not None:
+                features.keep_rows(keep)
             if self.drafter is not None:
-                self.drafter.feedback(accepted)
-            if len(keep) < len(active):
-                self.kv.keep_rows(keep)
-                if features is not None:
-                    features.keep_rows(keep)
-                if self.drafter is not None:
-                    self.drafter.keep_rows(keep)
-                active = [active[r] for r in keep]
-            res.target_calls += 1
-            t3 = time.perf_counter()
-            res.phase_times.append(PhaseTimes(draft=t1 - t0, verify=t2 - t1, overhead=t3 - t2, draft_calls=calls,
-                                              rows=len(trees), width=n_max))
+                self.drafter.keep_rows(keep)
+            active = [active[r] for r in keep]
+        res.target_calls += 1
+        t3 = time.perf_counter()
+        res.phase_times.append(PhaseTimes(draft=t1 - t0, verify=t2 - t1, overhead=t3 - t2, draft_calls=calls,
+                                          rows=len(trees), width=n_max))
+        return active
 
-        res.wall_time = time.perf_counter() - t_start
+    def _verify(self, tree: DraftTree, logits: torch.Tensor, gen: torch.Generator) -> tuple[list[int], int]:
+        """The accepted path through ``tree`` and the token the target adds after it."""
+        if self.sampling.greedy:
+            return verify_tree_greedy(tree, logits.argmax(-1).tolist())
+        return verify_tree(tree, probabilities(logits, self.sampling), gen)
+
+    def _commit(self, context: list[int], result: SequenceResult, tree: DraftTree, path: list[int], tok: int,
+                max_new_tokens: int, padding: int) -> tuple[list[int], list[str], RoundStats]:
+        """Append a row's accepted tokens and the target's own (cut at ``max_new_tokens`` and
+        at the first eos) to its context and result, with the round's stats; sets
+        ``finished_reason`` when the row ends here. Returns the new tokens, the level that
+        proposed each, and the stats."""
+        new = [tree.tokens[j] for j in path] + [tok]
+        origin = [tree.origin[j] for j in path] + [TARGET]
+        room = max_new_tokens - len(result.output_ids)
+        new, origin = new[:room], origin[:room]
+        eos_at = next((j for j, t in enumerate(new) if t in self.eos), None)
+        if eos_at is not None:
+            new, origin = new[: eos_at + 1], origin[: eos_at + 1]
+        context.extend(new)
+        result.output_ids.extend(new)
+        result.provenance.extend(origin)
+        stats = RoundStats(
+            drafted=dict(tree.drafted), accepted=dict(tree.accepted),
+            emitted=len(new), target_positions=1 + len(tree), accepted_depth=len(path),
+            rejected=(path[-1] if path else -1) in tree.parents, draft_depth=tree.depth(),
+            tree_nodes=len(tree), padding_positions=padding,
+        )
+        if result.draft_level is not None:
+            owner = tree.owner or result.draft_level
+            stats.drafted[owner] = stats.drafted.get(owner, 0) + len(tree)
+            stats.accepted[owner] = stats.accepted.get(owner, 0) + len(path)
+        result.record(stats)
+        if eos_at is not None:
+            result.finished_reason = "eos"
+        elif len(result.output_ids) >= max_new_tokens:
+            result.finished_reason = "length"
+        return new, origin, stats
+
+    def _forward_times(self, res: GenerationResult, fwd0: dict[str, tuple[float, int]]) -> None:
+        """The target's and each level's forward time (and count) since ``fwd0``."""
         fwd1 = self._forward_stats()
         res.target_forward_time = fwd1[TARGET][0] - fwd0[TARGET][0]
         for lv in self.levels:
@@ -194,7 +221,6 @@ class SpeculativeDecoder:
             if n:
                 res.draft_call_time[lv.name] = secs
                 res.draft_forwards[lv.name] = n
-        return res
 
     def _forward_stats(self) -> dict[str, tuple[float, int]]:
         out = {TARGET: (self.kv.forward_time, self.kv.forward_calls)}

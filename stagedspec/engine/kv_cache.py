@@ -185,10 +185,10 @@ class KVModel:
         self._clear_pending(batch_size)
 
     def _clear_pending(self, batch_size: int) -> None:
-        self.p_tok: list[list[int]] = [[] for _ in range(batch_size)]
-        self.p_par: list[list[int]] = [[] for _ in range(batch_size)]
-        self.p_depth: list[list[int]] = [[] for _ in range(batch_size)]
-        self.p_anc = torch.zeros(batch_size, 0, 0, dtype=torch.bool)
+        self.pending_tokens: list[list[int]] = [[] for _ in range(batch_size)]
+        self.pending_parents: list[list[int]] = [[] for _ in range(batch_size)]
+        self.pending_depths: list[list[int]] = [[] for _ in range(batch_size)]
+        self.pending_ancestors = torch.zeros(batch_size, 0, 0, dtype=torch.bool)
 
     @property
     def batch_size(self) -> int:
@@ -196,7 +196,7 @@ class KVModel:
 
     @property
     def n_pending(self) -> int:
-        return len(self.p_tok[0]) if self.p_tok else 0
+        return len(self.pending_tokens[0]) if self.pending_tokens else 0
 
     @property
     def n_slots(self) -> int:
@@ -211,10 +211,10 @@ class KVModel:
             self.cache.batch_select_indices(idx.to(self.device))
         self.tokens = [self.tokens[r] for r in rows]
         self.valid = self.valid[idx]
-        self.p_tok = [self.p_tok[r] for r in rows]
-        self.p_par = [self.p_par[r] for r in rows]
-        self.p_depth = [self.p_depth[r] for r in rows]
-        self.p_anc = self.p_anc[idx]
+        self.pending_tokens = [self.pending_tokens[r] for r in rows]
+        self.pending_parents = [self.pending_parents[r] for r in rows]
+        self.pending_depths = [self.pending_depths[r] for r in rows]
+        self.pending_ancestors = self.pending_ancestors[idx]
 
     def _layers(self):
         return [layer for layer in self.cache.layers if getattr(layer, "is_initialized", False)]
@@ -249,10 +249,10 @@ class KVModel:
             self._clear_pending(self.batch_size)
         elif keep_first is not None and self.n_pending > keep_first:
             self._truncate(self.n_commit + keep_first)
-            for lists in (self.p_tok, self.p_par, self.p_depth):
+            for lists in (self.pending_tokens, self.pending_parents, self.pending_depths):
                 for row in lists:
                     del row[keep_first:]
-            self.p_anc = self.p_anc[:, :keep_first, :keep_first]
+            self.pending_ancestors = self.pending_ancestors[:, :keep_first, :keep_first]
         P = self.n_pending
         if P:
             matched = [self._match_pending(b, ctx) for b, ctx in enumerate(contexts)]
@@ -269,7 +269,7 @@ class KVModel:
                         t[:, :, c : c + n_keep] = torch.gather(t[:, :, c : c + P], 2, g)
                 self.valid[:, c : c + n_keep] = keep
                 for b, m in enumerate(matched):
-                    self.tokens[b].extend(self.p_tok[b][s] for s in m)
+                    self.tokens[b].extend(self.pending_tokens[b][s] for s in m)
             self._truncate(self.n_commit + n_keep)
             self.n_commit += n_keep
             self._clear_pending(self.batch_size)
@@ -282,7 +282,7 @@ class KVModel:
         """Pending slots of row b spelling ctx after the committed tokens (first match wins;
         two siblings with the same token hold identical keys and values)."""
         child: dict[tuple[int, int], int] = {}
-        for s, (par, tok) in enumerate(zip(self.p_par[b], self.p_tok[b])):
+        for s, (par, tok) in enumerate(zip(self.pending_parents[b], self.pending_tokens[b])):
             child.setdefault((par, tok), s)
         out: list[int] = []
         cur, i = -1, len(self.tokens[b])
@@ -337,7 +337,7 @@ class KVModel:
             return empty if hidden is None else (empty, [none for _ in range(B)])
         P = self.n_pending
         anc = torch.zeros(B, P + n, P + n, dtype=torch.bool)
-        anc[:, :P, :P] = self.p_anc
+        anc[:, :P, :P] = self.pending_ancestors
         ids = torch.zeros(B, n, dtype=torch.long)
         pos = torch.zeros(B, n, dtype=torch.long)
         for b in range(B):
@@ -347,20 +347,20 @@ class KVModel:
             for j in range(n):
                 s = P + j
                 if j >= len(toks):
-                    self.p_tok[b].append(-1)
-                    self.p_par[b].append(_DUMMY)
-                    self.p_depth[b].append(0)
+                    self.pending_tokens[b].append(-1)
+                    self.pending_parents[b].append(_DUMMY)
+                    self.pending_depths[b].append(0)
                 else:
                     par = pars[j]
                     if par >= 0:
                         anc[b, s] = anc[b, par]
-                    d = 0 if par < 0 else self.p_depth[b][par] + 1
-                    self.p_tok[b].append(toks[j])
-                    self.p_par[b].append(par)
-                    self.p_depth[b].append(d)
+                    d = 0 if par < 0 else self.pending_depths[b][par] + 1
+                    self.pending_tokens[b].append(toks[j])
+                    self.pending_parents[b].append(par)
+                    self.pending_depths[b].append(d)
                     pos[b, j] = base + d
                 anc[b, s, s] = True
-        self.p_anc = anc
+        self.pending_ancestors = anc
         c = self.n_commit
         T = self.n_slots
         allowed = torch.zeros(B, n, T + n, dtype=torch.bool)
