@@ -31,7 +31,7 @@ def test_job_params_hold_each_setting_once(cfg):
     for repeat in ("levels.ngram.k", "sampling.temperature", "sampling.seed", "target.device", "tree.shape",
                    "levels.ngram.stage", "levels.ngram.enabled", "experiment_name", "resume", "tracking.uri"):
         assert repeat not in p, repeat
-    assert len(p) < 30
+    assert len(p) <= 30  # 28 settings before data.split and target.weights were added
 
 
 def test_run_names():
