@@ -410,3 +410,27 @@ def test_exactness_table_reports_divergences_of_greedy_runs_only():
     assert t.loc["copy>target", "identical to plain"] == "100% of 3"
     assert t.loc["copy>target", "first divergence (token)"] == "–"
     assert exactness_table(runs.drop(columns=["metrics.ar_match_rate"])).empty
+
+
+def test_paper_table_takes_each_methods_headline_run_not_an_axis_point():
+    """A sweep with a batch axis and a k axis beside its headline: the table's staged cell is
+    the batch-1 run with the most tokens (the headline), not the batch-4 or the 32-token one
+    that happen to sort last."""
+    import pandas as pd
+
+    from analysis.report import paper_table
+
+    def run(method, batch, tokens, tps, speedup, temp=0.0):
+        return {"params.method": method, "params.draft_k": 12, "params.temperature": temp, "params.batch_size": batch,
+                "params.max_new_tokens": tokens, "metrics.tokens_per_s": tps, "metrics.speedup": speedup,
+                "metrics.speedup_ci_low": speedup - 0.5, "metrics.speedup_ci_high": speedup + 0.5,
+                "metrics.ar_tokens_per_s": 10.0}
+
+    staged = "ngram>small>copy>target"
+    runs = pd.DataFrame([run(staged, 1, 64, 33.6, 4.37), run("copy>target", 1, 64, 34.8, 4.57),
+                         run(staged, 1, 32, 21.0, 2.73), run(staged, 4, 32, 27.0, 1.12)])
+    table = paper_table(runs)
+    assert list(table["decoding"]) == ["greedy"]
+    assert table.loc[0, staged] == "33.60 (4.37 [3.87, 4.87]×)"
+    assert table.loc[0, "copy>target"] == "34.80 (4.57 [4.07, 5.07]×)"
+    assert list(table.columns) == ["decoding", "plain (tokens/s)", "copy>target", staged]

@@ -305,52 +305,51 @@ def _load_tokenizer_if_any(path: Path, **kwargs: Any) -> Any:
     return AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=False, **kwargs)
 
 
-def peek_vocab_size(spec: ModelSpec) -> int | None:
-    """The vocabulary size a spec will load, read without loading weights (config.json,
-    the dequantized cache's config, or the GGUF's metadata); None when not knowable
-    (``truncated`` has its target's). Lets a config be refused before any model loads."""
+def _peek(spec: ModelSpec, key: str, packaged_value, from_gguf) -> int | None:
+    """A config value (``key``) a spec's model will have, read without loading weights: the
+    tiny defaults, config.json, the packaged model's record (``packaged_value(pm)``), the
+    dequantized cache's config, or the GGUF's metadata (``from_gguf(fields)``); None when not
+    knowable (``truncated`` has its target's)."""
     if spec.source == "tiny":
-        return int({**TINY_DEFAULTS, **dict(spec.tiny or {})}["vocab_size"])
+        return int({**TINY_DEFAULTS, **dict(spec.tiny or {})}[key])
     if spec.source == "hf":
         cfg = Path(str(spec.path)) / "config.json"
-        return json.loads(cfg.read_text()).get("vocab_size") if cfg.is_file() else None
+        return json.loads(cfg.read_text()).get(key) if cfg.is_file() else None
     if spec.source == "embedded":
-        return packaged(spec.embedded).vocab_size
+        return packaged_value(packaged(spec.embedded))
     if spec.source == "gguf":
         gguf = Path(str(spec.path))
         cached = gguf_cache_path(gguf.name, gguf.stat().st_size, spec.resolved_cache_dir()) / "config.json"
         if cached.is_file():
-            return json.loads(cached.read_text()).get("vocab_size")
+            return json.loads(cached.read_text()).get(key)
         from gguf import GGUFReader  # metadata only (~2 s for the embedded file)
 
-        tokens = GGUFReader(str(gguf)).fields.get("tokenizer.ggml.tokens")
-        return len(tokens.data) if tokens is not None else None
+        return from_gguf(GGUFReader(str(gguf)).fields)
     return None
+
+
+def _gguf_vocab_size(fields) -> int | None:
+    tokens = fields.get("tokenizer.ggml.tokens")
+    return len(tokens.data) if tokens is not None else None
+
+
+def _gguf_context_length(fields) -> int | None:
+    arch = fields.get("general.architecture")
+    field = fields.get(f"{arch.contents()}.context_length") if arch is not None else None
+    return int(field.contents()) if field is not None else None
+
+
+def peek_vocab_size(spec: ModelSpec) -> int | None:
+    """The vocabulary size a spec will load, read without loading weights (``_peek``). Lets
+    a config be refused before any model loads."""
+    return _peek(spec, "vocab_size", lambda pm: pm.vocab_size, _gguf_vocab_size)
 
 
 def peek_context_length(spec: ModelSpec) -> int | None:
     """The positions a spec's model takes (``max_position_embeddings``), read without
-    loading weights like ``peek_vocab_size``; None when not knowable (``truncated`` has its
-    target's). Lets prompt + max_new_tokens + draft depth be checked before any load."""
-    if spec.source == "tiny":
-        return int({**TINY_DEFAULTS, **dict(spec.tiny or {})}["max_position_embeddings"])
-    if spec.source == "hf":
-        cfg = Path(str(spec.path)) / "config.json"
-        return json.loads(cfg.read_text()).get("max_position_embeddings") if cfg.is_file() else None
-    if spec.source == "embedded":
-        return packaged(spec.embedded).context_length
-    if spec.source == "gguf":
-        gguf = Path(str(spec.path))
-        cached = gguf_cache_path(gguf.name, gguf.stat().st_size, spec.resolved_cache_dir()) / "config.json"
-        if cached.is_file():
-            return json.loads(cached.read_text()).get("max_position_embeddings")
-        from gguf import GGUFReader  # metadata only
-
-        fields = GGUFReader(str(gguf)).fields
-        arch = fields.get("general.architecture")
-        field = fields.get(f"{arch.contents()}.context_length") if arch is not None else None
-        return int(field.contents()) if field is not None else None
-    return None
+    loading weights (``_peek``). Lets prompt + max_new_tokens + draft depth be checked before
+    any load."""
+    return _peek(spec, "max_position_embeddings", lambda pm: pm.context_length, _gguf_context_length)
 
 
 def _gguf_identity(spec: ModelSpec) -> tuple[str, int] | None:
