@@ -28,9 +28,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from transformers import AutoTokenizer
+
 from stagedspec.evaluation.bench_setup import add_split_arg, pick_prompts
 from stagedspec.models.chat_text import encode_prompt
-from stagedspec.models.model_loading import ModelSpec, load_model
 from stagedspec.models.packaged import gguf_file
 from stagedspec.prompts.prompt_sets import load_prompt_set
 
@@ -95,7 +96,8 @@ def main(argv=None) -> None:
     work = Path(args.work or tempfile.mkdtemp(prefix="stagedspec-llama-"))
     tgt_gguf, _ = gguf_file(args.target, work)
     draft_gguf, _ = gguf_file(args.draft, work)
-    tok = load_model(ModelSpec(source="embedded", embedded=args.target, dtype="bfloat16")).tokenizer
+    # the tokenizer only, from the assembled GGUF (the one the model cache saves), not the 3 GB model
+    tok = AutoTokenizer.from_pretrained(str(tgt_gguf.parent), gguf_file=tgt_gguf.name)
     rows = []
     for q in pick_prompts(load_prompt_set(args.data, split=args.split), args.prompts):
         i = q.question_id

@@ -129,7 +129,7 @@ class BypassDrafter(Drafter):
         self.prices = prices
         self._stats = _RouteStats(prices) if prices is not None else None
         self._routes: list[tuple[str, int]] = []  # per row: ("copy", match) / ("lower", 0) this round
-        self._round_forwards = 0.0  # forwards of the level below in the last round, per row it drafted for
+        self._round_forwards = 0.0  # forwards of the level below in the last round (one batched forward serves every row)
         self.decisions = {"copy": 0, "lower": 0}
         """Rounds and rows routed each way (the priced router's log; the rule counts too)."""
         self.calls = 0

@@ -46,8 +46,8 @@ from stagedspec.engine.kernels import INT4_GROUP, PATH_INT4, gemm_module_parts, 
 log = logging.getLogger(__name__)
 
 BLOCKS_FILE = "q4_blocks.safetensors"
-Q4K_BLOCK_BYTES, Q4K_WEIGHTS = 144, 256  # a Q4_K super-block: d, dmin (2 + 2), scales (12), codes (128)
-Q41_BLOCK_BYTES, Q41_WEIGHTS = 20, 32  # a Q4_1 block: d, m (2 + 2), codes (16)
+Q4K_BLOCK_BYTES = 144  # a Q4_K super-block of 256 weights: d, dmin (2 + 2), scales (12), codes (128)
+Q41_BLOCK_BYTES = 20  # a Q4_1 block of 32 weights: d, m (2 + 2), codes (16)
 
 _GGUF_TO_HF = {
     "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
