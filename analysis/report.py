@@ -58,14 +58,43 @@ def build_report(
     views = fetch_views(client, runs, out / VIEWS_DIR)
     md = _markdown(experiment, tracking_uri, client.get_run(parent), runs, plotted, skipped, views)
     (out / "report.md").write_text(md, encoding="utf-8")
+    summary_frame(runs).to_csv(out / SUMMARY_CSV, index=False)
     for name in plotted:
         client.log_artifact(parent, str(out / f"{name}.png"), artifact_path="report")
     if views:
         client.log_artifacts(parent, str(out / VIEWS_DIR), artifact_path=f"report/{VIEWS_DIR}")
     client.log_artifact(parent, str(out / "report.md"), artifact_path="report")
+    client.log_artifact(parent, str(out / SUMMARY_CSV), artifact_path="report")
     _log_parent_metrics(client, parent, parent_metrics(runs))
     log.info("report for parent %s written to %s and logged to the parent run", parent, out)
     return plotted
+
+
+SUMMARY_CSV = "runs.csv"
+"""Beside report.md: one row per job, its config and every scalar metric, the machine-readable
+source the README's generated figures are read from (``analysis/readme_results.py``)."""
+
+SUMMARY_PARAMS = ("data", "data.name", "data.split", "data.limit", "max_new_tokens", "repeats", "seed", "target.weights")
+
+
+def summary_frame(runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` as ``runs.csv`` holds it: run id, status, start time, the config columns of
+    ``configs``, ``SUMMARY_PARAMS``, each level's ``k``, and every metric without a ``/step``
+    suffix."""
+    d = configs(runs)
+    cols = {"run": d["run_id"].str[:8], "status": d["status"]}
+    if "start_time" in d.columns:
+        cols["start_time"] = d["start_time"].astype(str)
+    for name in ("method", "draft_k", "temperature", "batch_size", "tree"):
+        cols[name] = d[name]
+    level_ks = sorted(c for c in d.columns if c.startswith("params.levels.") and c.endswith(".k"))
+    for col in [f"params.{n}" for n in SUMMARY_PARAMS] + level_ks:
+        if col in d.columns:
+            cols[col[len("params."):]] = d[col]
+    for col in sorted(c for c in d.columns if c.startswith("metrics.") and not c.rsplit("/", 1)[-1].isdigit()):
+        cols[col[len("metrics."):]] = d[col]
+    out = pd.DataFrame(cols)
+    return out.sort_values(["method", "temperature", "draft_k", "batch_size"], kind="stable")
 
 
 VIEW_ARTIFACT = "view.html"

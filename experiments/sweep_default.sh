@@ -13,7 +13,12 @@
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
+t0=$(date +%s)
 python -m stagedspec.run -m experiment=default "$@"
+t1=$(date +%s)
 python -m analysis.report experiment=stagedspec-humaneval tracking_uri="sqlite:///$repo/mlflow.db" out="$repo/report"
+t2=$(date +%s)
+python -m analysis.timing "$repo/report/timing.json" started="${STAGEDSPEC_STARTED:-$t0}" \
+    install_s="${STAGEDSPEC_INSTALL_S:-0}" sweep_s=$((t1 - t0)) report_s=$((t2 - t1))
 echo "Report: $repo/report/report.md"
 echo "MLflow UI: mlflow ui --backend-store-uri sqlite:///$repo/mlflow.db   (then open http://127.0.0.1:5000)"

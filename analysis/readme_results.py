@@ -1,0 +1,236 @@
+"""The README's measured figures, generated from the files under ``docs/`` they come from.
+
+    python -m analysis.readme_results           # rewrite the generated blocks of README.md
+    python -m analysis.readme_results --check   # exit 1, naming the block, if README.md differs
+
+Each block sits between ``<!-- begin generated: NAME -->`` and ``<!-- end generated: NAME -->``
+and is rendered by ``BLOCKS[NAME]`` from its sources (``SOURCES``); the test suite runs the
+check, so a README figure that differs from its source fails CI. Outside these blocks the
+README's results sections carry no figures (``figures_outside_blocks``).
+
+One definition throughout: a method's tokens/s is all its new tokens over all its decode
+seconds on the prompts of the run (a ratio of totals, prefill excluded); a ratio between two
+methods is the ratio of those rates; ms per target call is decode seconds over target calls.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+
+SOURCES = {
+    "peers": "docs/peers/v7-humaneval-t0/results.json",
+    "llama_cpp": "docs/peers/v7-llama-cpp-humaneval-t0.json",
+    "step_curve": "docs/bench/step-curve-2026-12-05.json",
+    "main_command": "docs/main-command/2026-12-06",
+}
+"""Block sources, relative to the repository root. A new measurement is a new dated file; point
+the entry at it and run the module to rewrite the README."""
+
+STAGED = "ngram:1:30>q4:12:50:2>copy:24:6"
+ROUTED = "ngram:1:30>q4:12:50:2>route:24"
+CHECKED = "ngram:1:30>copy:24:6>q4:24:50:2"
+LOOKUP = "copy:10:1"
+SMALL = "q4:12:50:2"
+
+
+def _load(name: str, root: Path = ROOT):
+    path = root / SOURCES[name]
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def peers_overall(results: dict) -> dict[str, dict]:
+    """``peers.py``'s overall table by method name."""
+    return {row["method"]: row for row in results["tables"]["overall"]}
+
+
+def llama_rates(llama: dict) -> dict[str, float]:
+    """tokens/s per llama.cpp mode as a ratio of totals over the run's prompts (plain decoding
+    reports only a rate per prompt: its seconds are tokens / rate)."""
+    tokens: dict[str, float] = {}
+    seconds: dict[str, float] = {}
+    for row in llama["rows"]:
+        mode = row["mode"]
+        s = row["seconds"] if "seconds" in row else row["tokens"] / row["tokens_per_s"]
+        tokens[mode] = tokens.get(mode, 0.0) + row["tokens"]
+        seconds[mode] = seconds.get(mode, 0.0) + s
+    return {mode: tokens[mode] / seconds[mode] for mode in tokens}
+
+
+def step_ms(curve: dict, weights: str, rows: int) -> float:
+    """Median ms of one target forward of ``rows`` rows (``bench_step_curve.py``)."""
+    return statistics.median(curve["ms"][weights][str(rows)])
+
+
+def _x(a: float, b: float) -> str:
+    return f"{a / b:.2f}x"
+
+
+def render_results(root: Path = ROOT) -> str:
+    results, llama, curve = _load("peers", root), _load("llama_cpp", root), _load("step_curve", root)
+    ours = peers_overall(results)
+    cpp = llama_rates(llama)
+    draft_mode = next(m for m in cpp if m.startswith("draft-simple"))
+    cpp_best_mode = max(cpp, key=cpp.get)
+    floor_ms = 1000 * results["physical"]["min_s_per_target_call"]
+
+    def tps(m):
+        return ours[m]["tokens_per_s"]
+
+    def call_ms(m):
+        return 1000 * ours[m]["s_per_target_call"]
+
+    def row(label, m, bold=False):
+        r = ours[m]
+        t = f"**{r['tokens_per_s']:.1f}**" if bold else f"{r['tokens_per_s']:.1f}"
+        return f"| {label} | {t} | {r['tokens_per_call']:.2f} | {call_ms(m):.0f} |"
+
+    plain_cpp_ms = 1000 / cpp["plain"]
+    lines = [
+        "| method | tokens/s | tokens / target call | ms / target call |",
+        "| --- | --- | --- | --- |",
+        f"| llama.cpp plain decoding (`llama-bench` tg at the prompt's depth) | {cpp['plain']:.1f} | 1 | {plain_cpp_ms:.0f} |",
+        f"| llama.cpp `ngram-simple` (prompt lookup) | {cpp['ngram-simple']:.1f} | | |",
+        f"| llama.cpp `{draft_mode}`, the 0.5B (n-max, p-min) | {cpp[draft_mode]:.1f} | | |",
+        f"| HF prompt lookup, 10 tokens (max n-gram 2 / 3) | {tps('hf_prompt_lookup_10'):.1f} / "
+        f"{tps('hf_prompt_lookup_10_3'):.1f} | | |",
+        f"| ours, plain decoding, `target.weights=gguf_q4` / `dense` | {tps('ar'):.1f} / {tps('ar@dense'):.1f} | 1 | "
+        f"{call_ms('ar'):.0f} / {call_ms('ar@dense'):.0f} |",
+        row(f"ours, prompt lookup → target (`{LOOKUP}`)", LOOKUP),
+        row(f"ours, 4-bit 0.5B → target (`{SMALL}`)", SMALL),
+        row(f"**ours, staged default** (`{STAGED}`)", STAGED, bold=True),
+        row("ours, staged with the priced router (`...>route:24`)", ROUTED),
+        row("ours, staged with the 0.5B checking the copies (`ngram>copy>q4:24`)", CHECKED),
+    ]
+    best_two = max((LOOKUP, SMALL), key=tps)
+    t = {(w, n): step_ms(curve, w, n) for w in ("gguf_q4", "dense") for n in (1, 4, 16)}
+    lines += [
+        "",
+        f"- Our plain step: {call_ms('ar'):.0f} ms on the 4-bit codes against {call_ms('ar@dense'):.0f} dense "
+        f"({_x(call_ms('ar@dense'), call_ms('ar'))} faster), {_x(call_ms('ar'), plain_cpp_ms)} llama.cpp's "
+        f"{plain_cpp_ms:.0f} ms, {_x(call_ms('ar'), floor_ms)} the read floor of its own bytes "
+        f"({results['physical']['step_bytes'] / 1e6:.0f} MB / {results['physical']['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s "
+        f"= {floor_ms:.1f} ms).",
+        f"- One forward, median of 3 ([step curve]({SOURCES['step_curve'].replace('.json', '.md')})): "
+        f"T(1) {t['gguf_q4', 1]:.0f} against {t['dense', 1]:.0f} ms dense, T(4) {t['gguf_q4', 4]:.0f} against "
+        f"{t['dense', 4]:.0f}, T(16) {t['gguf_q4', 16]:.0f} against {t['dense', 16]:.0f} "
+        f"(T(16) / T(1) = {t['gguf_q4', 16] / t['gguf_q4', 1]:.2f} on the 4-bit path).",
+        f"- The staged default: {_x(tps(STAGED), tps(best_two))} its best two-level ablation (`{best_two}`), "
+        f"{_x(tps(STAGED), cpp[cpp_best_mode])} llama.cpp's best (`{cpp_best_mode}`), "
+        f"{tps(STAGED):.1f} against {tps(STAGED + '@dense'):.1f} tok/s with a dense target.",
+        f"- The priced router {_x(tps(ROUTED), tps(STAGED))} the fixed rule; the 0.5B checking the copies "
+        f"{_x(tps(CHECKED), tps(STAGED))} (it advances {ours[CHECKED]['tokens_per_call']:.1f} tokens a call "
+        f"against {ours[STAGED]['tokens_per_call']:.1f}).",
+    ]
+    return "\n".join(lines)
+
+
+def _main_runs(root: Path) -> pd.DataFrame:
+    return pd.read_csv(root / SOURCES["main_command"] / "runs.csv")
+
+
+def render_main_command(root: Path = ROOT) -> str:
+    runs = _main_runs(root)
+    timing = json.loads((root / SOURCES["main_command"] / "timing.json").read_text(encoding="utf-8"))
+    src = SOURCES["main_command"]
+    head = runs[runs["batch_size"] == 1]
+    names = {"copy>target": "prompt lookup → target", "ngram>small>copy>target": "the staged default",
+             "small>target": "the 0.5B → target"}
+
+    def headline(temp):
+        d = head[(head["temperature"] == temp) & (head["max_new_tokens"] == head["max_new_tokens"].max())]
+        d = d[d["method"].isin(names)].sort_values("tokens_per_s", ascending=False)
+        return "; ".join(f"{names[r.method]} {r.tokens_per_s:.1f} tok/s ({r.speedup:.2f}x its plain baseline)"
+                         for r in d.itertuples())
+
+    staged = runs[(runs["method"] == "ngram>small>copy>target") & (runs["temperature"] == 0)]
+    batch_limit = staged["data.limit"].max()  # the batch axis runs on one problem more than the rest
+    batch = staged[staged["data.limit"] == batch_limit].sort_values("batch_size")
+    k_axis = staged[(staged["data.limit"] < batch_limit)
+                    & (staged["max_new_tokens"] < head["max_new_tokens"].max())].sort_values("levels.small.k")
+    lines = [
+        f"On {timing['cpu']}, {timing['threads']} threads ([{src}/timing.json]({src}/timing.json)), it took "
+        f"{timing['total_s'] / 60:.1f} minutes ({timing['started']}; the goal is 15): install {timing['install_s'] / 60:.1f} min, "
+        f"the 12 jobs {timing['sweep_s'] / 60:.1f} min, the report {timing['report_s'] / 60:.1f} min. "
+        f"Its jobs ([{src}/runs.csv]({src}/runs.csv), [report]({src}/report.md)):",
+        f"- greedy: {headline(0.0)};",
+        f"- T = 0.7: {headline(0.7)};",
+        "- the k axis (greedy, " + f"{int(k_axis['max_new_tokens'].iloc[0])} tokens): k = "
+        + " / ".join(str(int(k)) for k in k_axis["levels.small.k"]) + " gives "
+        + " / ".join(f"{v:.1f}" for v in k_axis["mean_acceptance_length"]) + " tokens per target call and "
+        + " / ".join(f"{v:.1f}" for v in k_axis["tokens_per_s"]) + " tok/s;",
+        "- the batch axis (greedy, " + f"{int(batch['data.limit'].iloc[0])} problems): batch "
+        + " / ".join(str(int(b)) for b in batch["batch_size"]) + ": plain decoding "
+        + " / ".join(f"{v:.1f}" for v in batch["ar_tokens_per_s"]) + " tok/s, the staged default "
+        + " / ".join(f"{v:.1f}" for v in batch["tokens_per_s"]) + ", speedup "
+        + " / ".join(f"{v:.2f}x" for v in batch["speedup"]) + ".",
+    ]
+    return "\n".join(lines)
+
+
+BLOCKS = {"results": render_results, "main-command": render_main_command}
+
+_BLOCK = re.compile(r"(<!-- begin generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated: (?P=name) -->)",
+                    re.S)
+
+
+def rewrite(text: str, root: Path = ROOT) -> str:
+    """``text`` with every generated block re-rendered from its sources."""
+    def sub(m):
+        name = m.group("name")
+        if name not in BLOCKS:
+            raise KeyError(f"README block {name!r} has no renderer; known: {', '.join(BLOCKS)}")
+        return m.group(1) + BLOCKS[name](root) + "\n" + m.group(4)
+    return _BLOCK.sub(sub, text)
+
+
+def stale_blocks(text: str, root: Path = ROOT) -> list[str]:
+    """Names of the blocks whose text differs from what their sources render."""
+    return [m.group("name") for m in _BLOCK.finditer(text) if m.group("body") != BLOCKS[m.group("name")](root) + "\n"]
+
+
+RESULT_SECTIONS = ("## Results",)
+_FIGURE = re.compile(r"(?<![\w.])\d+\.\d+(?=x\b|[^\w.]|$)")  # 36.1, 1.09x; not 1.5B or 2.13.0
+
+
+def figures_outside_blocks(text: str) -> list[str]:
+    """Decimal figures in the README's results sections outside generated blocks and code."""
+    found = []
+    for heading in RESULT_SECTIONS:
+        start = text.index(heading)
+        end = text.find("\n## ", start + len(heading))
+        section = _BLOCK.sub("", text[start:end if end >= 0 else None])
+        section = re.sub(r"`[^`]*`|\([^)]*\.(md|json|csv|png)\)", "", section)
+        found += _FIGURE.findall(section)
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    text = README.read_text(encoding="utf-8")
+    if argv == ["--check"]:
+        stale = stale_blocks(text)
+        loose = figures_outside_blocks(text)
+        for name in stale:
+            print(f"README.md: generated block {name!r} differs from its sources; run python -m analysis.readme_results")
+        if loose:
+            print(f"README.md: figures in a results section outside generated blocks: {', '.join(loose)}")
+        return 1 if stale or loose else 0
+    if argv:
+        print(f"usage: python -m analysis.readme_results [--check] (got {' '.join(argv)!r})")
+        return 2
+    README.write_text(rewrite(text), encoding="utf-8")
+    print(f"README.md: {len(_BLOCK.findall(text))} generated blocks rewritten")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
