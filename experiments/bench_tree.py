@@ -31,7 +31,7 @@ from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.engine.tree import AutoShape, DynamicShape, StaticShape, TreeShape, chain
 from stagedspec.evaluation.bench_setup import add_common_args, resolve_auto_tree, setup
 from stagedspec.metrics.round_stats import summarize
-from stagedspec.models.kernel_calibration import kernel_plan
+from stagedspec.tuning.kernel_calibration import kernel_plan
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "tree"
 

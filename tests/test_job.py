@@ -13,7 +13,7 @@ from stagedspec.app.plan import CONF_DIR, validate_cfg
 from stagedspec.app.tracking import NoTracker, Tracker
 from stagedspec.engine.tree import StaticShape
 from stagedspec.evaluation.job import assemble_job
-from stagedspec.search import auto_tree
+from stagedspec.tuning import auto_tree
 
 AUTO = ["tree=auto", "tree.shape.auto.max_nodes=4", "tree.shape.auto.widths=[2,1]", "tree.shape.auto.prompts=2",
         "tree.shape.auto.tokens=6", "tree.shape.auto.repeats=1"]
@@ -28,7 +28,7 @@ def _plan(*overrides):
 
 def test_assembly_resolves_tree_auto_before_returning(tmp_path, monkeypatch):
     """The returned job's drafter holds the chosen tree and no resolver: decoding it never
-    calls back into the search room."""
+    calls back into the tuning room."""
     monkeypatch.setenv("STAGEDSPEC_CACHE", str(tmp_path))
     job = assemble_job(_plan(*AUTO))
     assert job.tree_choice is not None
@@ -36,7 +36,7 @@ def test_assembly_resolves_tree_auto_before_returning(tmp_path, monkeypatch):
     assert [list(p) for p in job.drafter.tree.paths] == job.tree_choice.paths
 
     def no_call_back(*args, **kwargs):
-        raise AssertionError("setup called back into search")
+        raise AssertionError("setup called back into tuning")
 
     monkeypatch.setattr(auto_tree.AutoTree, "resolve", no_call_back)
     for dec in job.decoders:

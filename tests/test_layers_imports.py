@@ -20,9 +20,10 @@ from .test_layers import imports
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "stagedspec"
 
-ROOMS = ["metrics", "prompts", "engine", "models", "search", "drafters", "training", "evaluation", "app"]
+ROOMS = ["metrics", "prompts", "engine", "models", "tuning", "drafters", "training", "evaluation", "app"]
 """Lowest first: metrics (standard library) < prompts < engine (decoding) < models (loading)
-< search (tree=auto) < drafters (levels, hierarchy) < training < evaluation < app (Hydra, MLflow)."""
+< tuning (measure this machine and choose: kernel calibration, tree=auto) < drafters (levels,
+hierarchy) < training < evaluation < app (Hydra, MLflow)."""
 
 TOP_MODULES = {"__init__": None, "run": "app", "generate": "app", "distill": "app"}
 """Modules at the top of stagedspec/ and the room each counts as (None: imports nothing)."""

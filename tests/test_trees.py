@@ -22,9 +22,9 @@ from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.engine.tree import AutoShape, DraftTree, DynamicShape, StaticShape, TreeShape
 from stagedspec.models.model_loading import truncated_copy
-from stagedspec.search.auto_tree import attach
-from stagedspec.search.tree_calibration import _Recorder
-from stagedspec.search.tree_program import Calibration, acceptance_matrix, best_trees, choose, replay
+from stagedspec.tuning.auto_tree import attach
+from stagedspec.tuning.tree_calibration import _Recorder
+from stagedspec.tuning.tree_program import Calibration, acceptance_matrix, best_trees, choose, replay
 from .helpers import other_small, tiny_target
 from .test_drafts import _peaked, draw_positions_3_4, exact_positions_3_4
 from .test_greedy_exact import N_NEW, _prompts, _reference
@@ -406,7 +406,7 @@ def test_auto_parses_and_is_refused_below_the_top_level():
 
 
 def test_isotonic_cost_curve():
-    from stagedspec.search.tree_calibration import isotonic
+    from stagedspec.tuning.tree_calibration import isotonic
 
     assert isotonic([1, 3, 2, 4, 10, 5, 6]) == pytest.approx([1, 2.5, 2.5, 4, 7, 7, 7])
     assert isotonic([3, 2, 1]) == pytest.approx([2, 2, 2])
@@ -416,7 +416,7 @@ def test_calibration_prompts_miss_the_first_questions_of_each_category(tmp_path,
     import json
 
     from stagedspec.prompts import prompt_sets as data
-    from stagedspec.search.tree_calibration import calibration_prompts
+    from stagedspec.tuning.tree_calibration import calibration_prompts
     from stagedspec.models.chat_text import encode_prompt
 
     class Tok:  # a tokenizer without a chat template: one id per character is enough to compare
@@ -443,7 +443,7 @@ def test_calibration_prompts_miss_the_first_questions_of_each_category(tmp_path,
 
 def test_replay_of_rank_traces():
     from stagedspec.engine.tree import chain
-    from stagedspec.search.tree_program import replay
+    from stagedspec.tuning.tree_program import replay
 
     trace = [[0, 0, 1, -1, 0]]
     tpc, acc, offered = replay(chain(2), trace)  # rounds: [0 0] + bonus, reject, [0] then the end
@@ -455,7 +455,7 @@ def test_replay_of_rank_traces():
 def test_build_hierarchy_attaches_auto_keyed_without_the_top_levels_k(tmp_path, monkeypatch):
     from stagedspec.drafters.hierarchy import ModelLevel, NgramLevel, build_hierarchy, hierarchy_key
     from stagedspec.models.model_loading import ModelSpec
-    from stagedspec.search.auto_tree import prepare
+    from stagedspec.tuning.auto_tree import prepare
 
     monkeypatch.setenv("STAGEDSPEC_CACHE", str(tmp_path))
     target = tiny_target()

@@ -22,7 +22,7 @@ from stagedspec.engine.tree import AutoShape, TreeShape, TreeShapeT
 from stagedspec.models.draft_files import load_draft, read_meta
 from stagedspec.models.model_loading import LoadedModel, ModelSpec, check_compatible, truncated_copy
 from stagedspec.prompts.prompt_sets import DATA_ENV, default_data_path
-from stagedspec.search.auto_tree import attach
+from stagedspec.tuning.auto_tree import attach
 from .bypass import BypassDrafter, RoutePrices
 from .feature import FeatureDrafter
 from .model_drafter import ModelDrafter

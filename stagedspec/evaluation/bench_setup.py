@@ -17,8 +17,8 @@ from stagedspec.models.chat_text import encode_prompt
 from stagedspec.models.model_loading import LoadedModel, ModelSpec, load_model
 from stagedspec.prompts.prompt_sets import balanced, default_data_path, load_questions
 from stagedspec.prompts.splits import DEFAULT_SPLIT, SPLIT_CHOICES
-from stagedspec.search.auto_tree import attach
-from stagedspec.search.tree_program import Choice
+from stagedspec.tuning.auto_tree import attach
+from stagedspec.tuning.tree_program import Choice
 from .job import resolve_tree
 
 CATEGORIES = ["summarization", "qa", "translation", "math_reasoning", "rag", "writing", "coding", "extraction"]

@@ -5,7 +5,7 @@ the method's and plain decoding's decoders, the ``tree=auto`` choice and the war
 object with the same fields: this room reads its fields, never the config) and returns a
 ``Job`` ready to time: ``tree=auto`` is resolved here, explicitly and before anything is
 timed, and the drafter's tree fixed, so that no decoder's ``setup`` calls back into the
-search room later. ``run`` (the sweep job), ``generate`` (one prompt) and the benchmarks'
+tuning room later. ``run`` (the sweep job), ``generate`` (one prompt) and the benchmarks'
 ``tree=auto`` resolution all go through here.
 """
 
@@ -21,10 +21,10 @@ from stagedspec.engine.drafter_protocol import Drafter
 from stagedspec.engine.kernels import KernelPlan
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.models.chat_text import encode, eos_token_ids
-from stagedspec.models.kernel_calibration import kernel_plan
 from stagedspec.models.model_loading import LoadedModel, ModelSpec, load_cached
-from stagedspec.search.auto_tree import prepare
-from stagedspec.search.tree_program import Choice
+from stagedspec.tuning.auto_tree import prepare
+from stagedspec.tuning.kernel_calibration import kernel_plan
+from stagedspec.tuning.tree_program import Choice
 
 WARMUP_PROMPT_TOKENS = 32
 """The warm-up decodes the last tokens of one prompt ..."""
@@ -144,7 +144,7 @@ def room_for_prompt(target: LoadedModel, method: SpeculativeDecoder, max_new_tok
 def resolve_tree(drafter: Drafter | None, sampling: SamplingConfig, kernels: KernelPlan) -> Choice | None:
     """``tree=auto``: calibrate (or read the cached calibration) and choose now, outside every
     timed decode, then fix the drafter's tree and detach the resolver, so that no decoder's
-    ``setup`` reaches the search room at run time. None when the top level has no auto tree."""
+    ``setup`` reaches the tuning room at run time. None when the top level has no auto tree."""
     choice = prepare(drafter, sampling, kernels)
     if choice is not None:
         drafter.auto = None  # the tree is a fixed shape from here on

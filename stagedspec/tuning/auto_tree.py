@@ -20,8 +20,8 @@ import torch
 from stagedspec.engine.kernels import HF_PLAN, KernelPlan
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.engine.tree import AutoShape, StaticShape, TreeShape
-from stagedspec.models.disk_cache import write_json_atomically
-from stagedspec.models.kernel_calibration import cpu_name
+from .disk_cache import write_json_atomically
+from .kernel_calibration import cpu_name
 from .tree_calibration import calibrate
 from .tree_program import Calibration, Choice, choose
 
