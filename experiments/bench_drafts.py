@@ -33,7 +33,7 @@ from stagedspec.evaluation.bench_setup import add_common_args, draft_files, setu
 from stagedspec.evaluation.bench_table import geomean_ci, per_token_alpha
 from stagedspec.models.chat_text import eos_token_ids
 from stagedspec.models.draft_files import load_draft
-from stagedspec.models.kernel_calibration import kernel_plan
+from stagedspec.tuning.kernel_calibration import kernel_plan
 from stagedspec.models.model_loading import ModelSpec, load_model, truncated_copy
 
 

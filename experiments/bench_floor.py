@@ -26,7 +26,7 @@ from stagedspec.engine.kernels import apply_path, gemm_modules, int4_allowed
 from stagedspec.engine.kv_cache import KVModel
 from stagedspec.evaluation.bench_machine import (floor_pairs, step_bytes, summarize_pairs, time_forward,
                                                   weight_bytes)
-from stagedspec.models.kernel_calibration import kernel_plan
+from stagedspec.tuning.kernel_calibration import kernel_plan
 from stagedspec.models.model_loading import ModelSpec, load_model
 
 

@@ -29,7 +29,7 @@ from stagedspec.evaluation.bench_methods import hf_generate
 from stagedspec.evaluation.bench_machine import time_forward
 from stagedspec.evaluation.bench_setup import setup
 from stagedspec.evaluation.divergence import first_divergence, top2_gap
-from stagedspec.models.kernel_calibration import calibrate
+from stagedspec.tuning.kernel_calibration import calibrate
 from stagedspec.models.model_loading import ModelSpec, load_model
 
 NS = (1, 2, 3, 4, 6, 8, 12, 16)

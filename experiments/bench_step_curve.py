@@ -26,7 +26,7 @@ import torch
 
 from stagedspec.engine.kv_cache import KVModel
 from stagedspec.evaluation.bench_machine import read_bandwidth, step_bytes, time_forward
-from stagedspec.models.kernel_calibration import cpu_name, kernel_plan
+from stagedspec.tuning.kernel_calibration import cpu_name, kernel_plan
 from stagedspec.models.model_loading import ModelSpec, load_model
 
 

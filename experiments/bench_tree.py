@@ -29,9 +29,10 @@ from stagedspec.drafters.hierarchy import TrainedLevel
 from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.engine.tree import AutoShape, DynamicShape, StaticShape, TreeShape, chain
-from stagedspec.evaluation.bench_setup import add_common_args, resolve_auto_tree, setup
+from stagedspec.evaluation.bench_setup import add_common_args, setup
+from stagedspec.evaluation.job import resolve_tree
 from stagedspec.metrics.round_stats import summarize
-from stagedspec.models.kernel_calibration import kernel_plan
+from stagedspec.tuning.kernel_calibration import kernel_plan
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "tree"
 
@@ -89,7 +90,7 @@ def main() -> None:
     t0 = time.perf_counter()
     choice = None  # tree=auto calibrates (or reads its cache) here, before the warm-up
     if auto_drafter is not None:
-        choice = resolve_auto_tree(auto_drafter, target, ["bench_tree", args.drafter], greedy, plan)
+        choice = resolve_tree(auto_drafter, target, greedy, plan, ["bench_tree", args.drafter])
     for label, dec in decs.items():  # warm-up
         dec.generate([prompts[0][-32:]], 4)
     if choice is not None:

@@ -69,7 +69,7 @@ from stagedspec.evaluation.bench_methods import (
 from stagedspec.evaluation.bench_setup import add_common_args, add_split_arg, draft_files, pick_prompts
 from stagedspec.evaluation.bench_table import REFERENCE, markdown, summarize
 from stagedspec.models.chat_text import encode_prompt, eos_token_ids
-from stagedspec.models.kernel_calibration import kernel_plan
+from stagedspec.tuning.kernel_calibration import kernel_plan
 from stagedspec.models.model_loading import ModelSpec, load_model
 from stagedspec.prompts.prompt_sets import load_prompt_set
 

@@ -16,7 +16,7 @@ from transformers import DynamicCache
 from stagedspec.engine import kernels
 from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.kernels import HF_PLAN, KernelPlan, available_paths, long_path_for
-from stagedspec.models.kernel_calibration import _choose, calibrate
+from stagedspec.tuning.kernel_calibration import _choose, calibrate
 from stagedspec.engine.kv_cache import KVModel, SlotLayer
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.engine.tree import DraftTree, TreeShape
@@ -104,7 +104,7 @@ def test_calibrations_differing_only_in_reps_or_name_do_not_share_an_entry(tmp_p
 
 
 def test_a_calibration_made_by_an_older_procedure_is_not_read_back(tmp_path, monkeypatch):
-    from stagedspec.models import kernel_calibration
+    from stagedspec.tuning import kernel_calibration
 
     model = tiny_target().model
     _, new = calibrate(model, max_rows=2, reps=1, cache_dir=tmp_path)

@@ -21,7 +21,7 @@ entry point, ``stagedspec.app.<name>_entry``."""
 
 ADAPTER_ONLY = ("hydra", "omegaconf", "mlflow")
 ENGINE = tuple(f"stagedspec.{m}" for m in (
-    "engine", "drafters", "models", "search", "training", "evaluation",
+    "engine", "drafters", "models", "tuning", "training", "evaluation",
 )) + ("torch", "transformers")
 ANALYSIS_MAY_IMPORT = ("stagedspec.metrics.run_schema", "stagedspec.metrics.round_stats")
 """The library modules analysis/ may read (the run schema and the metric definitions), while

@@ -19,12 +19,13 @@ import yaml
 
 from stagedspec.drafters import KatzNgramDrafter, ModelDrafter
 from stagedspec.engine.decoding import SpeculativeDecoder
+from stagedspec.engine.kernels import HF_PLAN
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.engine.tree import AutoShape, DraftTree, DynamicShape, StaticShape, TreeShape
 from stagedspec.models.model_loading import truncated_copy
-from stagedspec.search.auto_tree import attach
-from stagedspec.search.tree_calibration import _Recorder
-from stagedspec.search.tree_program import Calibration, acceptance_matrix, best_trees, choose, replay
+from stagedspec.tuning.auto_tree import resolve_auto_tree
+from stagedspec.tuning.tree_calibration import _Recorder
+from stagedspec.tuning.tree_program import Calibration, acceptance_matrix, best_trees, choose, replay
 from .helpers import other_small, tiny_target
 from .test_drafts import _peaked, draw_positions_3_4, exact_positions_3_4
 from .test_greedy_exact import N_NEW, _prompts, _reference
@@ -220,12 +221,13 @@ def test_tree_auto_greedy_equals_hf(kind, tmp_path):
     target = tiny_target()
     ref = [list(r) for r in _reference(5)]
     drafter = MAKERS[kind](SMALL_AUTO)
-    auto = attach(drafter, target, hierarchy_key=[kind], cache_dir=tmp_path)
+    choice = resolve_auto_tree(drafter, target, SamplingConfig(), HF_PLAN, hierarchy_key=[kind], cache_dir=tmp_path)
+    assert isinstance(drafter.tree, StaticShape) and drafter.tree.size <= SMALL_AUTO.max_nodes
+    assert [list(p) for p in drafter.tree.paths] == choice.paths
     for batch in (1, 5):
         res = SpeculativeDecoder(target.model, drafter, SamplingConfig()).generate(_prompts(5)[:batch], N_NEW)
         assert [s.output_ids for s in res.sequences] == ref[:batch]
-    assert isinstance(drafter.tree, StaticShape) and drafter.tree.size <= SMALL_AUTO.max_nodes
-    assert [list(p) for p in drafter.tree.paths] == auto.choice.paths
+    assert [list(p) for p in drafter.tree.paths] == choice.paths  # decoding leaves the chosen tree alone
 
 
 # ------------------------------------------------------------------ sampling exactness
@@ -355,10 +357,8 @@ def test_choice_predicts_tokens_per_call_by_hand():
 def test_tree_auto_calibrates_once_and_caches(tmp_path):
     target = tiny_target()
     drafter = ModelDrafter(_first1(), tree=SMALL_AUTO)
-    auto = attach(drafter, target, hierarchy_key=["small"], cache_dir=tmp_path)
     sampling = SamplingConfig(0.0)
-    drafter.setup(sampling, None)
-    first = auto.choice
+    first = resolve_auto_tree(drafter, target, sampling, hierarchy_key=["small"], cache_dir=tmp_path)
     files = list((tmp_path / "trees").glob("*.json"))
     assert len(files) == 1 and not first.cache_hit
     cal = json.loads(files[0].read_text())
@@ -371,23 +371,31 @@ def test_tree_auto_calibrates_once_and_caches(tmp_path):
     assert "tree_auto.predicted_tokens_per_call" in first.metrics()
     # a new process (a new drafter) with the same setting reads the cache
     again = ModelDrafter(_first1(), tree=SMALL_AUTO)
-    auto2 = attach(again, target, hierarchy_key=["small"], cache_dir=tmp_path)
-    again.setup(sampling, None)
-    assert auto2.choice.cache_hit and auto2.choice.paths == first.paths
+    second = resolve_auto_tree(again, target, sampling, hierarchy_key=["small"], cache_dir=tmp_path)
+    assert second.cache_hit and second.paths == first.paths
+    assert [list(p) for p in again.tree.paths] == first.paths
     # another temperature is another calibration
     again2 = ModelDrafter(_first1(), tree=SMALL_AUTO)
-    attach(again2, target, hierarchy_key=["small"], cache_dir=tmp_path)
-    again2.setup(SamplingConfig(1.0), None)
+    assert not resolve_auto_tree(again2, target, SamplingConfig(1.0), hierarchy_key=["small"],
+                                 cache_dir=tmp_path).cache_hit
     assert len(list((tmp_path / "trees").glob("*.json"))) == 2
+    # a resolved tree is a fixed shape: resolving again changes nothing
+    assert resolve_auto_tree(again2, target, sampling, hierarchy_key=["small"], cache_dir=tmp_path) is None
     # the choice is redone from the measurement, e.g. under a smaller node budget
     smaller = choose(first.calibration, AutoShape(max_nodes=3, widths=SMALL_AUTO.widths))
     assert len(smaller.paths) <= 3
 
 
-def test_tree_auto_without_a_target_is_refused():
+def test_unresolved_tree_auto_is_refused_at_setup():
+    """The engine never measures nor chooses: a drafter whose tree=auto was not resolved
+    before decoding is refused, in one line naming the function that resolves it."""
     d = ModelDrafter(_first1(), tree=AutoShape())
-    with pytest.raises(ValueError, match="tree=auto needs the target"):
+    with pytest.raises(ValueError, match=r"tree=auto is unresolved.*tuning\.auto_tree\.resolve_auto_tree") as e:
         d.setup(SamplingConfig(0.0), None)
+    assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match="tree=auto is unresolved"):
+        SpeculativeDecoder(tiny_target().model, d, SamplingConfig()).generate([[1, 2, 3]], 2)
+    assert not hasattr(d, "auto")
 
 
 def test_auto_parses_and_is_refused_below_the_top_level():
@@ -406,7 +414,7 @@ def test_auto_parses_and_is_refused_below_the_top_level():
 
 
 def test_isotonic_cost_curve():
-    from stagedspec.search.tree_calibration import isotonic
+    from stagedspec.tuning.tree_calibration import isotonic
 
     assert isotonic([1, 3, 2, 4, 10, 5, 6]) == pytest.approx([1, 2.5, 2.5, 4, 7, 7, 7])
     assert isotonic([3, 2, 1]) == pytest.approx([2, 2, 2])
@@ -416,7 +424,7 @@ def test_calibration_prompts_miss_the_first_questions_of_each_category(tmp_path,
     import json
 
     from stagedspec.prompts import prompt_sets as data
-    from stagedspec.search.tree_calibration import calibration_prompts
+    from stagedspec.tuning.tree_calibration import calibration_prompts
     from stagedspec.models.chat_text import encode_prompt
 
     class Tok:  # a tokenizer without a chat template: one id per character is enough to compare
@@ -443,7 +451,7 @@ def test_calibration_prompts_miss_the_first_questions_of_each_category(tmp_path,
 
 def test_replay_of_rank_traces():
     from stagedspec.engine.tree import chain
-    from stagedspec.search.tree_program import replay
+    from stagedspec.tuning.tree_program import replay
 
     trace = [[0, 0, 1, -1, 0]]
     tpc, acc, offered = replay(chain(2), trace)  # rounds: [0 0] + bonus, reject, [0] then the end
@@ -452,10 +460,11 @@ def test_replay_of_rank_traces():
     assert replay([(0,), (0, 0), (0, 1)], [[0, 1, 0, 0, 1]])[0] == pytest.approx(5 / 2)
 
 
-def test_build_hierarchy_attaches_auto_keyed_without_the_top_levels_k(tmp_path, monkeypatch):
+def test_build_hierarchy_leaves_tree_auto_to_be_resolved_keyed_without_the_top_levels_k(tmp_path, monkeypatch):
+    """build_hierarchy injects nothing: the top level keeps its AutoShape request until the
+    assembly resolves it, cached in the target's cache under the hierarchy's key."""
     from stagedspec.drafters.hierarchy import ModelLevel, NgramLevel, build_hierarchy, hierarchy_key
     from stagedspec.models.model_loading import ModelSpec
-    from stagedspec.search.auto_tree import prepare
 
     monkeypatch.setenv("STAGEDSPEC_CACHE", str(tmp_path))
     target = tiny_target()
@@ -463,12 +472,13 @@ def test_build_hierarchy_attaches_auto_keyed_without_the_top_levels_k(tmp_path, 
     levels = [NgramLevel(k=2), ModelLevel(model=first1, k=3, tree={"auto": {
         "max_nodes": 6, "widths": [2, 2], "prompts": 1, "tokens": 8, "repeats": 1}})]
     drafter = build_hierarchy(levels, target, loader=None)
-    assert drafter.auto is not None and isinstance(drafter.tree, AutoShape)
+    assert isinstance(drafter.tree, AutoShape) and not hasattr(drafter, "auto")
     assert hierarchy_key(levels) == hierarchy_key([levels[0], ModelLevel(model=first1, k=7, tree="auto")])
     assert hierarchy_key(levels) != hierarchy_key([NgramLevel(k=3), levels[1]])
-    choice = prepare(drafter, SamplingConfig(0.0))
+    choice = resolve_auto_tree(drafter, target, SamplingConfig(0.0), hierarchy_key=hierarchy_key(levels))
     assert isinstance(drafter.tree, StaticShape) and choice.paths == [list(p) for p in drafter.tree.paths]
-    assert prepare(None, SamplingConfig(0.0)) is None
+    assert choice.cache_file is not None and Path(choice.cache_file).is_file()
+    assert resolve_auto_tree(None, target, SamplingConfig(0.0)) is None
 
 
 def test_feature_draft_tree_auto_greedy_equals_hf(tmp_path):
@@ -478,7 +488,8 @@ def test_feature_draft_tree_auto_greedy_equals_hf(tmp_path):
 
     target = tiny_target()
     drafter = FeatureDrafter(_drafts()[0], tree=SMALL_AUTO)
-    attach(drafter, target, hierarchy_key=["feature"], cache_dir=tmp_path)
+    resolve_auto_tree(drafter, target, SamplingConfig(), hierarchy_key=["feature"], cache_dir=tmp_path)
+    assert isinstance(drafter.tree, StaticShape)
     ref = [list(r) for r in _reference(5)]
     for batch in (1, 5):
         res = SpeculativeDecoder(target.model, drafter, SamplingConfig()).generate(_prompts(5)[:batch], N_NEW)

@@ -24,7 +24,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from stagedspec.models.kernel_calibration import kernel_plan
+from stagedspec.tuning.kernel_calibration import kernel_plan
 from stagedspec.models.model_loading import load_cached
 from stagedspec.training.corpus import CorpusSpec
 from stagedspec.training.distillation import DistillPlan, TrainConfig, distill

@@ -22,7 +22,6 @@ from stagedspec.engine.tree import AutoShape, TreeShape, TreeShapeT
 from stagedspec.models.draft_files import load_draft, read_meta
 from stagedspec.models.model_loading import LoadedModel, ModelSpec, check_compatible, truncated_copy
 from stagedspec.prompts.prompt_sets import DATA_ENV, default_data_path
-from stagedspec.search.auto_tree import attach
 from .bypass import BypassDrafter, RoutePrices
 from .feature import FeatureDrafter
 from .model_drafter import ModelDrafter
@@ -360,14 +359,15 @@ def build_hierarchy(
 ) -> Drafter | None:
     """Build levels lowest first; each drafts for the next; the last drafts for the target.
 
-    An empty list means plain autoregressive decoding (returns None).
+    An empty list means plain autoregressive decoding (returns None). A top level with
+    ``tree=auto`` comes back with its ``AutoShape`` request as its tree: the job's assembly
+    resolves it (``tuning.auto_tree.resolve_auto_tree``, keyed by ``hierarchy_key``)
+    before anything decodes.
     """
     validate_levels(levels)
     drafter: Drafter | None = None
     for lv in levels:
         drafter = lv.build(drafter, target, loader)
-    if drafter is not None and isinstance(drafter.tree, AutoShape):
-        attach(drafter, target, hierarchy_key=hierarchy_key(levels))
     return drafter
 
 

@@ -31,18 +31,15 @@ class Drafter(ABC):
     draft): the decoder then passes them to ``propose``. Only the level drafting directly
     for the target can have them."""
 
-    auto = None
-    """For ``tree=auto``: the ``auto_tree.AutoTree`` that turns the request into a shape
-    at ``setup``, when the sampling rule and kernel plan are known."""
-
     def setup(self, sampling: SamplingConfig, generator: torch.Generator | None, plan: KernelPlan = HF_PLAN) -> None:
         """Called by the level above before decoding: the sampling rule applies to q too,
-        and model levels run their forwards through the same kernel plan as the target."""
-        if isinstance(self.tree, AutoShape) or self.auto is not None:
-            if self.auto is None:
-                raise ValueError(f"level {self.name!r}: tree=auto needs the target to calibrate against: build the "
-                                 "hierarchy with hierarchy.build_hierarchy, or call auto_tree.attach(drafter, target)")
-            self.auto.resolve(self, sampling, plan)  # calibrates (or reads the cache) once per setting
+        and model levels run their forwards through the same kernel plan as the target.
+        A ``tree=auto`` must be resolved to a shape before (``stagedspec/tuning/``, from a
+        job's assembly): the engine never measures nor chooses."""
+        if isinstance(self.tree, AutoShape):
+            raise ValueError(f"level {self.name!r}: tree=auto is unresolved; resolve it before decoding with "
+                             "stagedspec.tuning.auto_tree.resolve_auto_tree(drafter, target, sampling, plan) "
+                             "(evaluation.job.assemble_job does)")
         self.sampling = sampling
         self.generator = generator
         if self.lower is not None:

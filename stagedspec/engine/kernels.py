@@ -15,7 +15,8 @@ A ``KernelPlan`` says which path each row count takes. ``HF_PLAN`` is Hugging Fa
 path, bit for bit (``F.linear``, HF's SDPA function, a ``DynamicCache``): its one-row
 forwards give exactly HF's cached-decoding logits, and greedy output through it equals
 ``generate(do_sample=False)`` token for token in the float32 tests. A fast plan comes from
-``calibrate`` (``stagedspec/models/kernel_calibration.py``): each candidate GEMM path is timed over all the model's Linear weights for
+``calibrate`` in the tuning room (``stagedspec/tuning/kernel_calibration.py``; this module
+never calls it): each candidate GEMM path is timed over all the model's Linear weights for
 each row count, the fastest kept (within a budget of prepacked weight copies), and the
 result cached per machine, model, dtype and threads; its lean layers are checked against
 HF's logits once per model (``check_lean_layers``).
@@ -62,7 +63,6 @@ PATH_WXT = "wxt"  # (W @ x.T).T: the other operand order, which MKL runs as a di
 PATH_INT4 = "int4"  # 4-bit weights (groups of INT4_GROUP, scale and zero each): a draft's plan only
 INT4_GROUP = 32
 MKL_ROWS = (4, 8, 16)  # MKL sgemm with the weight packed for exactly b rows ("mkl4", ...)
-MAX_ROWS = 32  # row counts the calibration covers (a bypass draft of 24 verifies 25); more rows: KernelPlan.long_path
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ the target's KV cache): the target's logits at the root score depth-1 drafts.
 n-gram probabilities before temperature, top-k and top-p): at temperature 0 the
 processed q is one-hot, so ranking from it would offer arbitrary zero-probability ties.
 
-``tree=auto`` (``AutoShape``) is a request, not a shape: ``stagedspec/search/`` measures the
+``tree=auto`` (``AutoShape``) is a request, not a shape: ``stagedspec/tuning/`` measures the
 hierarchy's acceptance per rank and depth and this machine's costs, then picks a path list.
 """
 
@@ -76,7 +76,7 @@ class DynamicShape:
 
 @dataclass(frozen=True)
 class AutoShape:
-    """Choose the shape on this machine (``stagedspec/search/``): decode a few calibration
+    """Choose the shape on this machine (``stagedspec/tuning/``): decode a few calibration
     prompts with a tree that offers ``widths[d]`` ranked children at depth d + 1 along the
     rank-0 chain, measuring how often each rank is accepted at each depth; time the
     target's forward for 1..``max_nodes`` + 1 positions and the draft per tree; then solve

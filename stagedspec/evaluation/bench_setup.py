@@ -1,7 +1,7 @@
 """The benchmarks' set-up: their shared command-line options, the target and the prompts
-(picked round-robin over categories, so a few prompts still span several), the draft
-files they compare, and ``tree=auto`` resolved before timing as a job resolves it
-(``job.resolve_tree``)."""
+(picked round-robin over categories, so a few prompts still span several) and the draft
+files they compare. A benchmark's ``tree=auto`` is resolved before timing as a job
+resolves it (``job.resolve_tree``)."""
 
 from __future__ import annotations
 
@@ -10,16 +10,10 @@ from pathlib import Path
 import torch
 
 from stagedspec.drafters.hierarchy import ASSETS, EMBEDDED_ASSETS
-from stagedspec.engine.drafter_protocol import Drafter
-from stagedspec.engine.kernels import KernelPlan
-from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.models.chat_text import encode_prompt
 from stagedspec.models.model_loading import LoadedModel, ModelSpec, load_model
 from stagedspec.prompts.prompt_sets import balanced, default_data_path, load_questions
 from stagedspec.prompts.splits import DEFAULT_SPLIT, SPLIT_CHOICES
-from stagedspec.search.auto_tree import attach
-from stagedspec.search.tree_program import Choice
-from .job import resolve_tree
 
 CATEGORIES = ["summarization", "qa", "translation", "math_reasoning", "rag", "writing", "coding", "extraction"]
 
@@ -79,11 +73,3 @@ def draft_files(folder: str | None) -> dict[str, Path]:
         return {k: Path(folder) / f"{k}.safetensors" for k in ("feature", "layers", "ngram")}
     return {"feature": ASSETS / EMBEDDED_ASSETS["embedded-feature"], "layers": ASSETS / EMBEDDED_ASSETS["embedded-layers"],
             "ngram": ASSETS / EMBEDDED_ASSETS["embedded"]}
-
-
-def resolve_auto_tree(drafter: Drafter, target: LoadedModel, hierarchy_key: list[str], sampling: SamplingConfig,
-                      plan: KernelPlan) -> Choice:
-    """A benchmark's ``tree=auto`` level: calibrated on this machine (or read from the
-    target's cache) and its tree fixed now, before anything is timed, as in a job."""
-    attach(drafter, target, hierarchy_key=hierarchy_key, cache_dir=target.spec.resolved_cache_dir())
-    return resolve_tree(drafter, sampling, plan)

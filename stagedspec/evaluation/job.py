@@ -4,9 +4,9 @@ the method's and plain decoding's decoders, the ``tree=auto`` choice and the war
 ``assemble_job(plan, warmup_text)`` takes the checked plan (``app/plan.JobPlan``, or any
 object with the same fields: this room reads its fields, never the config) and returns a
 ``Job`` ready to time: ``tree=auto`` is resolved here, explicitly and before anything is
-timed, and the drafter's tree fixed, so that no decoder's ``setup`` calls back into the
-search room later. ``run`` (the sweep job), ``generate`` (one prompt) and the benchmarks'
-``tree=auto`` resolution all go through here.
+timed (``resolve_tree``, through ``tuning.auto_tree.resolve_auto_tree``), and the drafter's
+tree fixed; the engine never calls into the tuning room. ``run`` (the sweep job),
+``generate`` (one prompt) and the benchmarks' ``tree=auto`` resolution all go through here.
 """
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-from stagedspec.drafters.hierarchy import build_hierarchy
+from stagedspec.drafters.hierarchy import build_hierarchy, hierarchy_key
 from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.drafter_protocol import Drafter
 from stagedspec.engine.kernels import KernelPlan
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.models.chat_text import encode, eos_token_ids
-from stagedspec.models.kernel_calibration import kernel_plan
 from stagedspec.models.model_loading import LoadedModel, ModelSpec, load_cached
-from stagedspec.search.auto_tree import prepare
-from stagedspec.search.tree_program import Choice
+from stagedspec.tuning.auto_tree import resolve_auto_tree
+from stagedspec.tuning.kernel_calibration import kernel_plan
+from stagedspec.tuning.tree_program import Choice
 
 WARMUP_PROMPT_TOKENS = 32
 """The warm-up decodes the last tokens of one prompt ..."""
@@ -97,7 +97,7 @@ def assemble_job(plan: JobInputs, warmup_text: str | None = None,
     method, baseline = make_decoders(target, drafter, plan.sampling, kernels,
                                      with_baseline=plan.baseline and drafter is not None)
     max_prompt = room_for_prompt(target, method, plan.max_new_tokens)  # before tree=auto resolves, as ever
-    choice = resolve_tree(drafter, plan.sampling, kernels)
+    choice = resolve_tree(drafter, target, plan.sampling, kernels, hierarchy_key(plan.levels))
     job = Job(target, drafter, kernels, method, baseline, max_prompt, choice, load_s, draft_models)
     if plan.warmup and warmup_text is not None:
         warm_up(job, warmup_text, plan.max_new_tokens)
@@ -141,14 +141,13 @@ def room_for_prompt(target: LoadedModel, method: SpeculativeDecoder, max_new_tok
     return max_prompt
 
 
-def resolve_tree(drafter: Drafter | None, sampling: SamplingConfig, kernels: KernelPlan) -> Choice | None:
-    """``tree=auto``: calibrate (or read the cached calibration) and choose now, outside every
-    timed decode, then fix the drafter's tree and detach the resolver, so that no decoder's
-    ``setup`` reaches the search room at run time. None when the top level has no auto tree."""
-    choice = prepare(drafter, sampling, kernels)
-    if choice is not None:
-        drafter.auto = None  # the tree is a fixed shape from here on
-    return choice
+def resolve_tree(drafter: Drafter | None, target: LoadedModel, sampling: SamplingConfig, kernels: KernelPlan,
+                 key: Any) -> Choice | None:
+    """``tree=auto``: calibrate (or read the cached calibration, in the target's cache
+    directory, under the hierarchy's ``key``) and choose now, outside every timed decode,
+    fixing the drafter's tree (``tuning.auto_tree.resolve_auto_tree``). None when the top
+    level has no auto tree."""
+    return resolve_auto_tree(drafter, target, sampling, kernels, hierarchy_key=key)
 
 
 def warm_up(job: Job, text: str, max_new_tokens: int) -> None:

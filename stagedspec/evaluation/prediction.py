@@ -26,7 +26,7 @@ import torch
 from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.metrics import cost_model
 from stagedspec.models.chat_text import encode
-from stagedspec.search.tree_calibration import calibration_prompts
+from stagedspec.tuning.tree_calibration import calibration_prompts
 
 SEED = 4242
 """Seed of the calibration's prompt draw (``tree=auto`` draws its own with another)."""

@@ -20,7 +20,6 @@ from torch import nn
 
 from stagedspec.engine.kernels import (
     HF_PLAN,
-    MAX_ROWS,
     PATH_LINEAR,
     PATH_MKLDNN,
     PATH_WXT,
@@ -35,6 +34,10 @@ from stagedspec.engine.kernels import (
 from .disk_cache import write_json_atomically
 
 log = logging.getLogger(__name__)
+
+MAX_ROWS = 32
+"""Row counts the calibration covers (a bypass draft of 24 verifies 25); a plan takes
+``KernelPlan.long_path`` for more rows."""
 
 CALIBRATION_VERSION = 2
 """Part of the cache key: raised when the timing procedure changes (2: an untimed pass per
