@@ -10,7 +10,7 @@ from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.engine.tree import TreeShape
 from stagedspec.models.model_loading import ModelSpec, load_model
-from .helpers import other_small, tiny_target
+from tests.helpers import other_small, tiny_target
 
 
 def test_sampling_values_are_checked():

@@ -15,8 +15,7 @@ from stagedspec.engine.kernels import KernelPlan, available_paths
 from stagedspec.engine.sampling import SamplingConfig, probabilities
 from stagedspec.models import gguf_int4
 from stagedspec.models.model_loading import ModelSpec, load_model
-
-from .test_kernels import _logits_by_row_count
+from tests.oracles import logits_by_row_count
 
 T07 = SamplingConfig(temperature=0.7)
 DENSE_PATH = next(p for p in ("mkldnn", "wxt", "linear") if p in available_paths(torch.bfloat16, torch.device("cpu")))
@@ -48,7 +47,7 @@ def test_bf16_distribution_through_1_and_8_rows_differs_by_a_bounded_total_varia
     t, blocks = _bf16_q4_target()
     gguf_int4.attach(t.model, blocks)
     prefix, toks = [5, 9, 3, 7, 7, 1, 4, 2, 11, 13], [21, 22, 23, 24, 25, 26, 27, 28]
-    single, multi = _logits_by_row_count(t.model, PLAN, prefix, toks)
+    single, multi = logits_by_row_count(t.model, PLAN, prefix, toks)
     p1, p8 = probabilities(single.float(), T07), probabilities(multi.float(), T07)
     tv = 0.5 * (p1 - p8).abs().sum(-1)
     assert float(tv.max()) > 0  # not exact in bfloat16: the two kernels round differently

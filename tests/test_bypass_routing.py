@@ -105,24 +105,24 @@ def test_greedy_output_with_the_priced_router_equals_plain_decoding():
     from stagedspec.engine.sampling import SamplingConfig
     from stagedspec.models.model_loading import truncated_copy
 
-    from .helpers import tiny_target
-    from .test_greedy_exact import N_NEW, _prompts, _reference
+    from tests.helpers import tiny_target
+    from tests.oracles import N_NEW, hf_reference, tiny_prompts
 
     target = tiny_target()
     small = ModelDrafter(truncated_copy(target, 1).model, k=3, lower=KatzNgramDrafter(target.vocab_size, k=2))
     d = BypassDrafter(small, k=6, min_match=2, prices=RoutePrices())
-    out = SpeculativeDecoder(target.model, d, SamplingConfig()).generate(_prompts(3), N_NEW)
-    assert [s.output_ids for s in out.sequences] == [list(r) for r in _reference(3)]
+    out = SpeculativeDecoder(target.model, d, SamplingConfig()).generate(tiny_prompts(3), N_NEW)
+    assert [s.output_ids for s in out.sequences] == [list(r) for r in hf_reference(3)]
     assert d.decisions["copy"] > 0 and d.decisions["lower"] > 0  # both routes taken
 
 
 def test_sampled_output_with_the_priced_router_has_the_targets_distribution():
     """test_sampling_exact's chi-square (same N and critical values) with its staged draft
     under a priced bypass (copies on any match while they pay)."""
-    from . import test_sampling_exact as tse
+    from tests.oracles import T1, staged_drafter, statistics
 
     def factory():
-        return BypassDrafter(tse._staged(), k=3, min_match=2, prices=RoutePrices())
+        return BypassDrafter(staged_drafter(), k=3, min_match=2, prices=RoutePrices())
 
-    for pair, stat, df, crit in tse.statistics(factory, tse.T1):
+    for pair, stat, df, crit in statistics(factory, T1):
         assert stat < crit, f"{pair}: chi2={stat:.1f} df={df} crit={crit:.1f}"

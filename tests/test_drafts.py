@@ -4,8 +4,6 @@ run of the distillation recipe that must beat the untrained draft."""
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 import torch
 
@@ -19,20 +17,12 @@ from stagedspec.engine.tree import TreeShape
 from stagedspec.models.draft_files import build_draft, load_draft, read_meta, save_draft
 from stagedspec.training.corpus import generate_corpus, target_features, vocab_subset
 from stagedspec.training.distillation import TrainConfig, agreement, train_draft
-from .helpers import tiny_target
-from .test_greedy_exact import N_NEW, _prompts, _reference
-from .test_sampling_exact import V, chi2, chi2_critical
+from tests.helpers import tiny_target
+from tests.oracles import (N_NEW, V, chi2, chi2_critical, draw_positions_3_4, exact_positions_3_4, hf_reference,
+                           peaked, tiny_prompts, trained_drafts)
 
 FAST = KernelPlan(name="test", linear=("linear", "mkldnn", "linear", "mkl4"), gqa_packing=True, slot_cache=True,
                   lean_layers=True)
-
-
-@functools.lru_cache(maxsize=None)
-def _drafts():
-    target = tiny_target()
-    torch.manual_seed(0)
-    subset = torch.arange(0, 128, 2)  # half the vocabulary: q is 0 on the odd ids
-    return build_draft(target.model, "feature", 1, subset), build_draft(target.model, "layers", 1, torch.arange(128))
 
 
 @pytest.mark.parametrize("plan", [None, FAST], ids=["hf", "fast"])
@@ -45,17 +35,17 @@ def _drafts():
 ], ids=["feature-chain", "feature-tree", "feature-dynamic", "layers", "ngram>layers"])
 def test_trained_drafts_greedy_equal_hf(make, plan):
     target = tiny_target()
-    feature, layers = _drafts()
+    feature, layers = trained_drafts()
     kw = {} if plan is None else {"plan": plan}
     for batch in (1, 5):
         dec = SpeculativeDecoder(target.model, make(feature, layers, target.vocab_size), SamplingConfig(), **kw)
-        res = dec.generate(_prompts(8)[:batch], N_NEW)
-        assert [s.output_ids for s in res.sequences] == [list(r) for r in _reference(8)][:batch]
+        res = dec.generate(tiny_prompts(8)[:batch], N_NEW)
+        assert [s.output_ids for s in res.sequences] == [list(r) for r in hf_reference(8)][:batch]
 
 
 def test_feature_draft_must_draft_for_the_target():
     target = tiny_target()
-    feature, layers = _drafts()
+    feature, layers = trained_drafts()
     with pytest.raises(ValueError, match="hidden states"):
         SpeculativeDecoder(target.model, ModelDrafter(layers, k=2, lower=FeatureDrafter(feature, k=2)))
 
@@ -66,7 +56,7 @@ def test_feature_draft_feeds_each_verified_token_once(tree, monkeypatch):
     draft is fed each context slot once (plus the one it re-feeds when a round's tail would
     be empty), not the whole context every round (issue 21 item 2)."""
     target = tiny_target()
-    feature, _ = _drafts()
+    feature, _ = trained_drafts()
     fed = []
     original = FeatureDrafter._feed_tails
 
@@ -78,9 +68,9 @@ def test_feature_draft_feeds_each_verified_token_once(tree, monkeypatch):
     monkeypatch.setattr(FeatureDrafter, "_feed_tails", counting)
     shape = None if tree is None else TreeShape.parse(tree)
     drafter = FeatureDrafter(feature, k=4) if shape is None else FeatureDrafter(feature, tree=shape)
-    prompt = _prompts(8)[5]
+    prompt = tiny_prompts(8)[5]
     res = SpeculativeDecoder(target.model, drafter, SamplingConfig()).generate([prompt], N_NEW)
-    assert res.sequences[0].output_ids == list(_reference(8)[5])
+    assert res.sequences[0].output_ids == list(hf_reference(8)[5])
     rounds = len(fed)
     assert rounds > 3
     # slots are context[1:]; the last round's context lacks at most the final round's tokens
@@ -89,7 +79,7 @@ def test_feature_draft_feeds_each_verified_token_once(tree, monkeypatch):
 
 def test_weights_file_round_trip_and_refusals(tmp_path):
     target = tiny_target()
-    feature, _ = _drafts()
+    feature, _ = trained_drafts()
     path = save_draft(feature, tmp_path / "f.safetensors")
     again = load_draft(path, target.model)
     for k, v in feature.trainable_state().items():  # stored in float16
@@ -143,55 +133,11 @@ def test_ngram_corpus_counts_are_shared_not_copied(tmp_path):
 
 
 # ---------------------------------------------------------------------------- sampling
-PROMPT = [1, 5, 2, 5, 2]
-
-
-@functools.lru_cache(maxsize=None)
-def _peaked():
-    """The sampling test's target (8 tokens, peaked) and drafts around it."""
-    target = tiny_target(vocab=V, layers=2, seed=0, init=0.3)
-    torch.manual_seed(1)
-    feature = build_draft(target.model, "feature", 1, torch.tensor([0, 1, 2, 3, 5, 6]))  # q = 0 on 4 and 7
-    layers = build_draft(target.model, "layers", 1, torch.arange(V))
-    return target, feature, layers
-
-
-def exact_positions_3_4(cfg: SamplingConfig) -> torch.Tensor:
-    """The exact joint of the 3rd and 4th emitted tokens, by enumerating all 8^4 paths."""
-    from stagedspec.engine.sampling import probabilities
-
-    target = _peaked()[0].model
-    paths = torch.tensor([[a] for a in range(V)])
-    weight = torch.ones(V)
-    with torch.no_grad():
-        p = probabilities(target(torch.tensor([PROMPT])).logits[0, -1], cfg)
-        weight = p.clone()
-        for _ in range(3):
-            ctx = torch.cat([torch.tensor(PROMPT).expand(len(paths), -1), paths], 1)
-            nxt = probabilities(target(ctx).logits[:, -1], cfg)  # [n, V]
-            weight = (weight[:, None] * nxt).flatten()
-            paths = torch.cat([paths.repeat_interleave(V, 0), torch.arange(V).repeat(len(paths))[:, None]], 1)
-    joint = torch.zeros(V * V)
-    joint.index_add_(0, paths[:, 2] * V + paths[:, 3], weight)
-    return joint
-
-
-def draw_positions_3_4(factory, cfg: SamplingConfig, n: int, batch: int = 1000) -> torch.Tensor:
-    target = _peaked()[0]
-    counts = torch.zeros(V * V)
-    for i in range(n // batch):
-        dec = SpeculativeDecoder(target.model, factory(), SamplingConfig(
-            temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p, seed=cfg.seed + i))
-        for s in dec.generate([PROMPT] * batch, 4).sequences:
-            counts[s.output_ids[2] * V + s.output_ids[3]] += 1
-    return counts
-
-
 @pytest.mark.parametrize("factory,cfg", [
-    (lambda: FeatureDrafter(_peaked()[1], k=3), SamplingConfig(temperature=1.0, seed=21)),
-    (lambda: FeatureDrafter(_peaked()[1], tree=TreeShape.parse({"widths": [2, 2]})),
+    (lambda: FeatureDrafter(peaked()[1], k=3), SamplingConfig(temperature=1.0, seed=21)),
+    (lambda: FeatureDrafter(peaked()[1], tree=TreeShape.parse({"widths": [2, 2]})),
      SamplingConfig(temperature=0.7, top_p=0.9, seed=22)),
-    (lambda: ModelDrafter(_peaked()[2], k=3, lower=KatzNgramDrafter(V, k=2, order=2)),
+    (lambda: ModelDrafter(peaked()[2], k=3, lower=KatzNgramDrafter(V, k=2, order=2)),
      SamplingConfig(temperature=1.0, seed=23)),
 ], ids=["feature-chain", "feature-tree-t0.7-topp", "ngram>layers"])
 def test_trained_drafts_sample_the_target_at_positions_3_and_4(factory, cfg):
@@ -274,7 +220,7 @@ def test_feature_drafts_read_the_targets_true_features():
     the feature draft the right states (tail and accepted path), and cache entries made
     from its own provisional features never linger."""
     target = tiny_target()
-    feature, _ = _drafts()
+    feature, _ = trained_drafts()
     roots: list[tuple[int, torch.Tensor]] = []  # (context length, root logits)
 
     class Recording(FeatureDrafter):
@@ -283,7 +229,7 @@ def test_feature_drafts_read_the_targets_true_features():
             roots.extend((len(c), lg) for c, lg in zip(contexts, logits))
             return logits, states, slots
 
-    prompt = _prompts(3)[2]
+    prompt = tiny_prompts(3)[2]
     seq = SpeculativeDecoder(target.model, Recording(feature, k=3), SamplingConfig()).generate([prompt], N_NEW)
     full = prompt + seq.sequences[0].output_ids
     with torch.no_grad():

@@ -13,10 +13,9 @@ from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.engine.tree import TreeShape
 from stagedspec.models.model_loading import truncated_copy
-from .helpers import tiny_target
-from .test_drafts import _peaked, draw_positions_3_4, exact_positions_3_4
-from .test_greedy_exact import N_NEW, _prompts, _reference
-from .test_sampling_exact import chi2, chi2_critical
+from tests.helpers import tiny_target
+from tests.oracles import (N_NEW, chi2, chi2_critical, draw_positions_3_4, exact_positions_3_4, hf_reference,
+                           peaked, tiny_prompts)
 
 K = 6
 
@@ -48,12 +47,12 @@ def _expected_depth(model, context: list[int], k: int, stop_below: float) -> int
 @pytest.mark.parametrize("staged", [False, True], ids=["small", "ngram>small"])
 def test_greedy_stop_below_equals_hf_and_stops_where_the_rule_says(staged):
     target, small = tiny_target(), _small()
-    prompts = _prompts(3)
+    prompts = tiny_prompts(3)
     tau = _median_pick_probability(small, prompts)
     drafter = ModelDrafter(small, k=K, stop_below=tau,
                            lower=KatzNgramDrafter(target.vocab_size, k=2) if staged else None)
     res = SpeculativeDecoder(target.model, drafter, SamplingConfig()).generate(prompts, N_NEW)
-    assert [s.output_ids for s in res.sequences] == [list(r) for r in _reference(3)]
+    assert [s.output_ids for s in res.sequences] == [list(r) for r in hf_reference(3)]
     depths = []
     for prompt, seq in zip(prompts, res.sequences):
         done = 0
@@ -66,22 +65,22 @@ def test_greedy_stop_below_equals_hf_and_stops_where_the_rule_says(staged):
 
 def test_stop_below_zero_drafts_the_full_chain():
     target, small = tiny_target(), _small()
-    res = SpeculativeDecoder(target.model, ModelDrafter(small, k=K), SamplingConfig()).generate(_prompts(3), N_NEW)
+    res = SpeculativeDecoder(target.model, ModelDrafter(small, k=K), SamplingConfig()).generate(tiny_prompts(3), N_NEW)
     assert all(r.draft_depth == K for s in res.sequences for r in s.rounds[:-1])
 
 
 @pytest.mark.parametrize("factory,cfg", [
-    (lambda: ModelDrafter(_peaked()[2], k=3, stop_below=0.6), SamplingConfig(temperature=1.0, seed=31)),
-    (lambda: ModelDrafter(_peaked()[2], k=3, stop_below=0.6, lower=KatzNgramDrafter(8, k=2, order=2)),
+    (lambda: ModelDrafter(peaked()[2], k=3, stop_below=0.6), SamplingConfig(temperature=1.0, seed=31)),
+    (lambda: ModelDrafter(peaked()[2], k=3, stop_below=0.6, lower=KatzNgramDrafter(8, k=2, order=2)),
      SamplingConfig(temperature=1.0, seed=32)),
-    (lambda: ModelDrafter(_peaked()[2], stop_below=0.6, tree=TreeShape.parse({"widths": [2, 2, 1]})),
+    (lambda: ModelDrafter(peaked()[2], stop_below=0.6, tree=TreeShape.parse({"widths": [2, 2, 1]})),
      SamplingConfig(temperature=0.7, seed=33)),
 ], ids=["small", "ngram>small", "small-tree-t0.7"])
 def test_stop_below_samples_the_target_at_positions_3_and_4(factory, cfg):
     """Chi-square (N = 6000, alpha = 1e-4) of the joint of the 3rd and 4th tokens, drafts
     of up to 3 tokens (a tree: up to 10 nodes) cut by the threshold (checked to cut some and
     not all; in a tree the stop prunes the rank-0 path, the alternatives keep their depth)."""
-    target = _peaked()[0]
+    target = peaked()[0]
     probe = SpeculativeDecoder(target.model, factory(), SamplingConfig(temperature=cfg.temperature, seed=cfg.seed))
     sizes = {r.tree_nodes for s in probe.generate([[1, 5, 2, 5, 2]] * 200, 4).sequences for r in s.rounds}
     assert min(sizes) < max(sizes) and max(sizes) in (3, 10), sizes
@@ -140,12 +139,12 @@ def _expected_round(model, context: list[int], k: int, stop_below: float) -> tup
 @pytest.mark.parametrize("staged", [False, True], ids=["small", "ngram>small"])
 def test_greedy_stop_alternatives_equals_hf_and_adds_two_leaves_where_it_stops(staged):
     target, small = tiny_target(), _small()
-    prompts = _prompts(3)
+    prompts = tiny_prompts(3)
     tau = _median_pick_probability(small, prompts)
     drafter = ModelDrafter(small, k=K, stop_below=tau, stop_alternatives=2,
                            lower=KatzNgramDrafter(target.vocab_size, k=2) if staged else None)
     res = SpeculativeDecoder(target.model, drafter, SamplingConfig()).generate(prompts, N_NEW)
-    assert [s.output_ids for s in res.sequences] == [list(r) for r in _reference(3)]
+    assert [s.output_ids for s in res.sequences] == [list(r) for r in hf_reference(3)]
     stopped = 0
     for prompt, seq in zip(prompts, res.sequences):
         done = 0
@@ -158,16 +157,16 @@ def test_greedy_stop_alternatives_equals_hf_and_adds_two_leaves_where_it_stops(s
 
 
 @pytest.mark.parametrize("factory,cfg", [
-    (lambda: ModelDrafter(_peaked()[2], k=3, stop_below=0.6, stop_alternatives=2),
+    (lambda: ModelDrafter(peaked()[2], k=3, stop_below=0.6, stop_alternatives=2),
      SamplingConfig(temperature=1.0, seed=41)),
-    (lambda: ModelDrafter(_peaked()[2], k=3, stop_below=0.6, stop_alternatives=2,
+    (lambda: ModelDrafter(peaked()[2], k=3, stop_below=0.6, stop_alternatives=2,
                           lower=KatzNgramDrafter(8, k=2, order=2)),
      SamplingConfig(temperature=0.7, top_p=0.9, seed=42)),
 ], ids=["small-t1", "ngram>small-t0.7-topp"])
 def test_stop_alternatives_sample_the_target_at_positions_3_and_4(factory, cfg):
     """Chi-square (N = 6000, alpha = 1e-4) of the joint of the 3rd and 4th tokens with
     drafts of up to 3 tokens plus 2 leaves beside an unsure pick (checked to occur)."""
-    target = _peaked()[0]
+    target = peaked()[0]
     probe = SpeculativeDecoder(target.model, factory(), SamplingConfig(temperature=cfg.temperature, top_p=cfg.top_p,
                                                                        seed=cfg.seed))
     rounds = [r for s in probe.generate([[1, 5, 2, 5, 2]] * 200, 4).sequences for r in s.rounds]

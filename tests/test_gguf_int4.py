@@ -17,8 +17,8 @@ from stagedspec.engine.kernels import HF_PLAN, KernelPlan
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.models import gguf_int4
 from stagedspec.models.model_loading import ModelSpec, load_model
-
-from .test_greedy_exact import N_NEW, _prompts
+from tests import oracles
+from tests.oracles import N_NEW, tiny_prompts
 
 EXACT = KernelPlan(name="exact4", linear=("linear",) * 8, gqa_packing=True, slot_cache=True, lean_layers=True,
                    int4_rows=8, int4_exact=True)
@@ -99,10 +99,10 @@ def test_a_target_on_its_own_4bit_codes_computes_the_dense_targets_logits_and_gr
     the dense target's token for token, plain and speculative."""
     from stagedspec.drafters import ModelDrafter
 
-    from .helpers import other_small
+    from tests.helpers import other_small
 
     t, blocks = _q4_target()
-    prompts = _prompts(3)
+    prompts = tiny_prompts(3)
     ref = [s.output_ids for s in SpeculativeDecoder(t.model, None, SamplingConfig(), plan=HF_PLAN)
            .generate(prompts, N_NEW).sequences]
     assert gguf_int4.attach(t.model, blocks) == (9, 0)
@@ -164,28 +164,26 @@ def test_a_step_on_the_4bit_path_reads_the_packs_bytes_instead_of_the_dense_weig
 
 # --------------------------------------------------------------------------- sampled output
 def _q4_chi2_models(monkeypatch):
-    """The chi-square set-up of ``test_sampling_exact`` (8-token vocabulary, peaked logits, a
+    """The chi-square set-up of ``oracles.statistics`` (8-token vocabulary, peaked logits, a
     1-layer draft) with the target's weights on Q4_1's grid and its packs attached; every
     forward of any row count through the 4-bit path (the batches there have 1000 rows)."""
-    from . import test_sampling_exact as tse
-
-    target, blocks = _q4_target(vocab=tse.V, init=0.3)
+    target, blocks = _q4_target(vocab=oracles.V, init=0.3)
     # every GEMM but the 8-row head (the kernel takes multiples of 16 rows): that one stays dense
     assert gguf_int4.attach(target.model, blocks) == (8, 0)
     from stagedspec.models.model_loading import truncated_copy
 
     draft = truncated_copy(target, 1).model
-    monkeypatch.setattr(tse, "_models", lambda: (target, draft))
-    monkeypatch.setattr(tse, "exact_pairs", tse.exact_pairs.__wrapped__)  # the joints of this target, not the cached ones
+    monkeypatch.setattr(oracles, "chi2_models", lambda: (target, draft))
+    monkeypatch.setattr(oracles, "exact_pairs", oracles.exact_pairs.__wrapped__)  # the joints of this target, not the cached ones
     plan = KernelPlan(name="exact4-all", int4_rows=1 << 30, int4_exact=True, gqa_packing=True, slot_cache=True,
                       lean_layers=True)
-    return tse, draft, plan
+    return draft, plan
 
 
-def _stats(tse, draft, plan):
+def _stats(draft, plan):
     from stagedspec.drafters import ModelDrafter
 
-    return tse.statistics(lambda: ModelDrafter(draft, k=3), tse.T1, n=tse.N, plan=plan)
+    return oracles.statistics(lambda: ModelDrafter(draft, k=3), oracles.T1, n=oracles.N, plan=plan)
 
 
 def test_sampled_output_of_a_target_on_its_4bit_codes_has_the_targets_distribution(monkeypatch):
@@ -193,8 +191,8 @@ def test_sampled_output_of_a_target_on_its_4bit_codes_has_the_targets_distributi
     draft speculating for a target whose every GEMM runs the int4 kernel on its codes; the
     exact joints come from Hugging Face's dense forward of the same weights. Measured chi2
     (tokens 1-2 / 3-4): 29.6 (df 24) / 55.2 (df 42) against critical values 61.1 / 87.6."""
-    tse, draft, plan = _q4_chi2_models(monkeypatch)
-    for pair, stat, df, crit in _stats(tse, draft, plan):
+    draft, plan = _q4_chi2_models(monkeypatch)
+    for pair, stat, df, crit in _stats(draft, plan):
         assert stat < crit, f"{pair}: chi2={stat:.1f} df={df} crit={crit:.1f}"
 
 
@@ -205,6 +203,6 @@ def test_a_dense_copy_one_grid_step_off_the_kernels_weight_is_caught(monkeypatch
     the kernel. Measured chi2: 167706 / 28465."""
     real = gguf_int4.kernel_weight
     monkeypatch.setattr(gguf_int4, "kernel_weight", lambda codes, so: real(codes + 1, so))
-    tse, draft, plan = _q4_chi2_models(monkeypatch)
-    stats = _stats(tse, draft, plan)
+    draft, plan = _q4_chi2_models(monkeypatch)
+    stats = _stats(draft, plan)
     assert any(stat > crit for _, stat, _, crit in stats), stats

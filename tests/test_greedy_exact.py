@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 import torch
 
@@ -11,26 +9,8 @@ from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.kv_cache import KVModel
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.engine.tree import TreeShape, chain
-from .helpers import hf_greedy, hierarchy, tiny_target
-
-N_NEW = 40
-
-
-def _prompts(n: int, seed: int = 3) -> list[list[int]]:
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for i in range(n):
-        length = 3 + 7 * i % 23
-        base = torch.randint(0, 128, (length,), generator=g).tolist()
-        out.append(base + base[: length // 2])  # repeats give n-gram levels something to find
-    return out
-
-
-@functools.lru_cache(maxsize=None)
-def _reference(n: int) -> tuple[tuple[int, ...], ...]:
-    target = tiny_target()
-    return tuple(tuple(hf_greedy(target.model, p, N_NEW)) for p in _prompts(n))
-
+from tests.helpers import hierarchy, tiny_target
+from tests.oracles import N_NEW, hf_greedy, hf_reference, tiny_prompts
 
 KINDS = ["ngram", "lookup", "small", "other", "ngram>small", "lookup>small", "ngram>other>small", "copy>ngram>small",
          "copy>small", "copy1-miss>ngram>small"]
@@ -39,11 +19,11 @@ KINDS = ["ngram", "lookup", "small", "other", "ngram>small", "lookup>small", "ng
 @pytest.mark.parametrize("kind", KINDS)
 def test_chain_greedy_equals_hf_for_draft_lengths_1_to_8(kind):
     target = tiny_target()
-    ref = [list(r) for r in _reference(3)]
+    ref = [list(r) for r in hf_reference(3)]
     accepted_any = False
     for k in range(1, 9):
         dec = SpeculativeDecoder(target.model, hierarchy(kind, target, k), SamplingConfig())
-        res = dec.generate(_prompts(3), N_NEW)
+        res = dec.generate(tiny_prompts(3), N_NEW)
         assert [s.output_ids for s in res.sequences] == ref, f"{kind} k={k}"
         s = res.summary()
         accepted_any |= s["acceptance_rate"] > 0
@@ -56,8 +36,8 @@ def test_chain_greedy_equals_hf_for_draft_lengths_1_to_8(kind):
 
 def test_plain_baseline_equals_hf():
     target = tiny_target()
-    res = SpeculativeDecoder(target.model, None, SamplingConfig()).generate(_prompts(3), N_NEW)
-    assert [s.output_ids for s in res.sequences] == [list(r) for r in _reference(3)]
+    res = SpeculativeDecoder(target.model, None, SamplingConfig()).generate(tiny_prompts(3), N_NEW)
+    assert [s.output_ids for s in res.sequences] == [list(r) for r in hf_reference(3)]
     assert res.summary()["mean_accepted_tokens_per_call"] == 1.0
 
 
@@ -74,8 +54,8 @@ TREES = [
 def test_tree_greedy_equals_hf(kind, tree):
     target = tiny_target()
     dec = SpeculativeDecoder(target.model, hierarchy(kind, target, 4, tree=TreeShape.parse(tree)), SamplingConfig())
-    res = dec.generate(_prompts(3), N_NEW)
-    assert [s.output_ids for s in res.sequences] == [list(r) for r in _reference(3)]
+    res = dec.generate(tiny_prompts(3), N_NEW)
+    assert [s.output_ids for s in res.sequences] == [list(r) for r in hf_reference(3)]
     assert res.summary()["tree_nodes_per_call"] > 1
 
 
@@ -85,8 +65,8 @@ def test_tree_greedy_equals_hf(kind, tree):
 def test_batch_rows_equal_decoding_alone(batch, kind, tree):
     """Rows of different prompt lengths accept different numbers of tokens each round."""
     target = tiny_target()
-    prompts = _prompts(8)[:batch]
-    ref = [list(r) for r in _reference(8)][:batch]
+    prompts = tiny_prompts(8)[:batch]
+    ref = [list(r) for r in hf_reference(8)][:batch]
     dec = SpeculativeDecoder(target.model, hierarchy(kind, target, 3, tree=TreeShape.parse(tree)), SamplingConfig())
     res = dec.generate(prompts, N_NEW)
     assert [s.output_ids for s in res.sequences] == ref
@@ -99,8 +79,8 @@ def test_batch_rows_equal_decoding_alone(batch, kind, tree):
 
 def test_eos_and_length_stop_per_row():
     target = tiny_target()
-    prompts = _prompts(4)
-    ref = [list(r) for r in _reference(4)]
+    prompts = tiny_prompts(4)
+    ref = [list(r) for r in hf_reference(4)]
     eos = ref[1][5]  # row 1 must stop right after its 6th token
     dec = SpeculativeDecoder(target.model, hierarchy("ngram", target, 4), SamplingConfig(), eos_token_ids=[eos])
     res = dec.generate(prompts, N_NEW)
@@ -140,7 +120,7 @@ def test_tree_logits_equal_each_path_run_as_a_sequence(shape):
 def test_kv_rollback_many_rounds_long_output():
     """A mostly-rejected drafter over 300 tokens: hundreds of rollbacks, still exact."""
     target = tiny_target()
-    prompt = _prompts(2)[1]
+    prompt = tiny_prompts(2)[1]
     n = 300
     ref = hf_greedy(target.model, prompt, n)
     dec = SpeculativeDecoder(target.model, hierarchy("ngram>other>small", target, 6), SamplingConfig())

@@ -14,7 +14,7 @@ from stagedspec.engine import kernels
 from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.kernels import KernelPlan
 from stagedspec.engine.sampling import SamplingConfig
-from .helpers import hf_greedy
+from tests.oracles import hf_greedy
 
 SMALL = dict(vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
              intermediate_size=128, max_position_embeddings=256, tie_word_embeddings=False)

@@ -21,8 +21,8 @@ from stagedspec.engine.kv_cache import KVModel, SlotLayer
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.engine.tree import DraftTree, TreeShape
 from stagedspec.engine.verification import verify_tree, verify_tree_greedy
-from .helpers import hf_greedy, hierarchy, tiny_target
-from .test_greedy_exact import N_NEW, _prompts, _reference
+from tests.helpers import hierarchy, tiny_target
+from tests.oracles import N_NEW, hf_greedy, hf_reference, logits_by_row_count, tiny_prompts
 
 PATHS = available_paths(torch.float32, torch.device("cpu"))
 # every available path somewhere in 1..8 rows, so each one's dispatch code runs; prefills
@@ -134,7 +134,7 @@ def test_default_cache_dir_is_under_home(tmp_path, monkeypatch):
 
 def test_install_leaves_hf_generate_bitwise_unchanged():
     target = tiny_target(seed=5)
-    prompt = _prompts(2)[1]
+    prompt = tiny_prompts(2)[1]
     before = hf_greedy(target.model, prompt, 30)
     with torch.no_grad():
         logits_before = target.model(torch.tensor([prompt])).logits
@@ -148,10 +148,10 @@ def test_install_leaves_hf_generate_bitwise_unchanged():
 @pytest.mark.parametrize("kind", ["ngram", "small", "ngram>small", "ngram>other>small"])
 def test_fast_plan_greedy_equals_hf_on_tiny_models(kind):
     target = tiny_target()
-    ref = [list(r) for r in _reference(3)]
+    ref = [list(r) for r in hf_reference(3)]
     for k in (1, 3, 8):
         dec = SpeculativeDecoder(target.model, hierarchy(kind, target, k), SamplingConfig(), plan=MIXED)
-        assert [s.output_ids for s in dec.generate(_prompts(3), N_NEW).sequences] == ref, f"{kind} k={k}"
+        assert [s.output_ids for s in dec.generate(tiny_prompts(3), N_NEW).sequences] == ref, f"{kind} k={k}"
 
 
 @pytest.mark.parametrize("batch", [1, 5])
@@ -161,15 +161,15 @@ def test_fast_plan_batches_and_trees_equal_hf(batch, kind, tree):
     target = tiny_target()
     dec = SpeculativeDecoder(target.model, hierarchy(kind, target, 3, tree=TreeShape.parse(tree)), SamplingConfig(),
                              plan=MIXED)
-    res = dec.generate(_prompts(8)[:batch], N_NEW)
-    assert [s.output_ids for s in res.sequences] == [list(r) for r in _reference(8)][:batch]
+    res = dec.generate(tiny_prompts(8)[:batch], N_NEW)
+    assert [s.output_ids for s in res.sequences] == [list(r) for r in hf_reference(8)][:batch]
 
 
 def test_slot_cache_grows_rolls_back_and_drops_rows():
     """300 tokens through a mostly-rejecting hierarchy: the slot buffers pass their first
     capacity (256), roll back hundreds of times, and stay exact."""
     target = tiny_target()
-    prompt = _prompts(2)[1]
+    prompt = tiny_prompts(2)[1]
     ref = hf_greedy(target.model, prompt, 300)
     dec = SpeculativeDecoder(target.model, hierarchy("ngram>other>small", target, 6), SamplingConfig(), plan=MIXED)
     assert dec.generate([prompt], 300).sequences[0].output_ids == ref
@@ -197,22 +197,6 @@ def test_fast_plan_tree_logits_equal_each_path_as_a_sequence():
             torch.testing.assert_close(logits[b][i + 1], ref, atol=1e-5, rtol=1e-5)
 
 
-def _logits_by_row_count(model, plan: KernelPlan, prefix: list[int], toks: list[int]):
-    """Logits after each of ``toks`` (over a cached ``prefix``): fed one row per forward
-    (plain decoding), and all in one forward of len(toks) rows (a verification)."""
-    one = KVModel(model, plan=plan)
-    one.reset(1)
-    one.extend_chain(one.sync([prefix]), want_last=False)
-    single = torch.stack([one.extend_chain(one.sync([prefix + toks[: i + 1]]))[0][0] for i in range(len(toks))])
-    many = KVModel(model, plan=plan)
-    many.reset(1)
-    many.extend_chain(many.sync([prefix]), want_last=False)
-    tail = many.sync([prefix + toks])
-    P = many.n_pending
-    multi = many.extend(tail, [[-1] + list(range(P, P + len(toks) - 1))], [list(range(len(toks)))])[0]
-    return single, multi
-
-
 # a fast plan as calibration makes them: another GEMM path at 4 rows than at 1
 FAST4 = KernelPlan(name="fast4", linear=("linear",) * 3 + (next(p for p in ("mkl4", "mkldnn", "wxt") if p in PATHS),),
                    gqa_packing=True, slot_cache=True, lean_layers=True)
@@ -227,7 +211,7 @@ def test_logits_depend_on_the_row_count_only_by_kernel_rounding(plan):
     the 1-row logits are, bit for bit, Hugging Face's own cached decoding."""
     target = tiny_target()
     prefix, toks = [5, 9, 3, 7, 7, 1, 4, 2, 11, 13], [21, 22, 23, 24]
-    single, multi = _logits_by_row_count(target.model, plan, prefix, toks)
+    single, multi = logits_by_row_count(target.model, plan, prefix, toks)
     assert float((single - multi).abs().max() / single.abs().max()) < 1e-4
     with torch.no_grad():  # HF's own: the prefix, then one token per forward through its cache
         cache = DynamicCache(config=target.model.config)
@@ -332,10 +316,10 @@ def test_int4_draft_weights_keep_the_output_and_are_refused_for_the_target(monke
     refused (that would change the model being decoded)."""
     from stagedspec.drafters.model_drafter import ModelDrafter
 
-    from .helpers import other_small
+    from tests.helpers import other_small
 
     target = tiny_target()
-    ref = [list(r) for r in _reference(3)]
+    ref = [list(r) for r in hf_reference(3)]
     draft = other_small(target.vocab_size)  # shares no module with the target
     calls: list[tuple[int, str]] = []
     real = kernels.apply_path
@@ -344,7 +328,7 @@ def test_int4_draft_weights_keep_the_output_and_are_refused_for_the_target(monke
         calls.clear()
         drafter = ModelDrafter(draft, k=3, int4_rows=3)  # 3 prompts: a draft step is 3 rows
         dec = SpeculativeDecoder(target.model, drafter, SamplingConfig(), plan=plan)
-        assert [s.output_ids for s in dec.generate(_prompts(3), N_NEW).sequences] == ref, plan.name
+        assert [s.output_ids for s in dec.generate(tiny_prompts(3), N_NEW).sequences] == ref, plan.name
         assert drafter.kv.plan.int4_rows == 3 and "4-bit weights at 1-3 rows" in drafter.kv.plan.describe()
         def linears(model):  # HF's modules (the hf plan) and the lean layers' fused ones (the fast plans)
             return {id(m) for m in model.modules() if isinstance(m, torch.nn.Linear)} | {

@@ -7,11 +7,12 @@ inside a library function still ties the library to MLflow.
 
 from __future__ import annotations
 
-import ast
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.oracles import imports, module_name
 
 ROOT = Path(__file__).resolve().parents[1]
 ADAPTERS = ROOT / "stagedspec" / "app"
@@ -26,30 +27,6 @@ ENGINE = tuple(f"stagedspec.{m}" for m in (
 ANALYSIS_MAY_IMPORT = ("stagedspec.metrics.run_schema", "stagedspec.metrics.round_stats")
 """The library modules analysis/ may read (the run schema and the metric definitions), while
 they stay standard-library only (``test_shared_modules_stay_standard_library_only``)."""
-
-
-def module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def imports(path: Path) -> set[str]:
-    """Every module ``path`` imports, anywhere in the file, as absolute dotted names
-    (``from a import b`` counts as ``a`` and ``a.b``: b may be a submodule)."""
-    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
-    out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-        if isinstance(node, ast.Import):
-            out.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1])
-                module = f"{base}.{node.module}" if node.module else base
-            else:
-                module = node.module
-            out.add(module)
-            out.update(f"{module}.{alias.name}" for alias in node.names)
-    return out
 
 
 def under(module: str, prefixes: tuple[str, ...]) -> bool:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from .test_layers import imports
+from tests.oracles import imports
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "stagedspec"

@@ -19,8 +19,8 @@ from stagedspec.metrics import cost_model
 from stagedspec.metrics.intervals import rate_interval, speedup_interval, t975
 from stagedspec.metrics.round_stats import GenerationResult, PhaseTimes, RoundStats, SequenceResult, geometric_tokens
 from stagedspec.models.model_loading import truncated_copy
-from .helpers import tiny_target
-from .test_greedy_exact import _prompts
+from tests.helpers import tiny_target
+from tests.oracles import tiny_prompts
 
 
 def _round(acc: int, rejected: bool, emitted: int, k: int = 3) -> RoundStats:
@@ -121,7 +121,7 @@ class _LeafTree(Drafter):
 
 def test_decoder_records_a_leaf_acceptance_without_a_rejection():
     target = tiny_target()
-    prompt = _prompts(1)[0]
+    prompt = tiny_prompts(1)[0]
     with torch.no_grad():
         good = int(target.model(torch.tensor([prompt])).logits[0, -1].argmax())
     dec = SpeculativeDecoder(target.model, _LeafTree(good, (good + 1) % 128), SamplingConfig())
@@ -139,7 +139,7 @@ def test_draft_calls_are_counted_once_per_batch_round(kind):
     level = (ModelDrafter(truncated_copy(target, 1).model, k=3) if kind == "small"
              else KatzNgramDrafter(target.vocab_size, k=3))
     dec = SpeculativeDecoder(target.model, level, SamplingConfig())
-    res = dec.generate(_prompts(4), 20)
+    res = dec.generate(tiny_prompts(4), 20)
     m = res.summary()
     # the level's own counter over the rounds (its prefill forward excluded)
     assert m["draft_calls/" + level.name] == res.draft_forwards[level.name] == 3 * len(res.phase_times)
@@ -154,7 +154,7 @@ def test_staged_lower_level_counts_only_what_it_offered_upward():
     target = tiny_target()
     small = truncated_copy(target, 1).model
     staged = ModelDrafter(small, k=4, lower=ModelDrafter(small, k=2, name="inner"))
-    res = SpeculativeDecoder(target.model, staged, SamplingConfig()).generate(_prompts(1), 12)
+    res = SpeculativeDecoder(target.model, staged, SamplingConfig()).generate(tiny_prompts(1), 12)
     for r in res.sequences[0].rounds:
         assert (r.drafted["inner"], r.accepted["inner"]) == (4, 3)
     m = res.summary()

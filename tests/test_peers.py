@@ -343,7 +343,7 @@ def test_pair_methods_build_the_levels_the_string_names_with_percent_as_probabil
     alternatives and 4-bit rows, the bypass k 24 and min_match 6, each over the level before."""
     from stagedspec.drafters import BypassDrafter, KatzNgramDrafter, ModelDrafter
 
-    from .helpers import tiny_target
+    from tests.helpers import tiny_target
 
     target, small = tiny_target(), tiny_target(seed=1)
     made = bench_methods.pair_methods(target, small, "ar,ngram:1:30>q4:12:50:2>copy:24:6,small:8")

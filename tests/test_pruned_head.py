@@ -13,7 +13,8 @@ from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.kv_cache import KVModel
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.models.model_loading import truncated_copy
-from .helpers import hf_greedy, tiny_target
+from tests.helpers import tiny_target
+from tests.oracles import hf_greedy
 
 IDS = torch.tensor([0, 3, 5, 17, 40, 41, 42, 99, 127])
 

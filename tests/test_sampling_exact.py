@@ -7,7 +7,8 @@ drafts of 3 are accepted whole, cut by a rejection, or followed by a bonus token
 staged level's inner rounds end inside the draft; the 3rd and 4th tokens come from all of
 these. Two chi-square goodness-of-fit tests per case, of the joint of tokens (1, 2) and
 of tokens (3, 4), against the exact joints, computed by enumerating all 8^4 paths through
-the target; alpha = 1e-4 per case, Bonferroni-split between the two pairs.
+the target; alpha = 1e-4 per case, Bonferroni-split between the two pairs (the test and
+its set-up live in ``tests/oracles.py``, which other rooms' chi-square tests share).
 
 Power: ``test_mutant_is_caught`` runs broken rules, each one fault, with the same N and
 asserts that a pair's statistic exceeds its critical value; the measured statistics are
@@ -21,9 +22,7 @@ same N and critical values, and one kernel fault under that plan is among the mu
 
 from __future__ import annotations
 
-import functools
 import inspect
-import math
 import textwrap
 import types
 
@@ -40,152 +39,53 @@ from stagedspec.drafters import (
     tree_growth,
 )
 from stagedspec.engine import decoding, kernels, verification
-from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.kernels import HF_PLAN, KernelPlan, available_paths
-from stagedspec.engine.sampling import SamplingConfig, probabilities
+from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.engine.tree import TreeShape
-from stagedspec.models.model_loading import truncated_copy
-from .helpers import tiny_target
-
-V = 8
-PROMPT = [1, 5, 2, 5, 2]
-N_TOKENS = 4
-PAIRS = ((0, 1), (2, 3))
-"""Token positions (0-based) whose joint distribution is tested."""
-ALPHA_Z = 3.719  # one-sided normal quantile for alpha = 1e-4
-BONFERRONI_Z = 3.891  # ... for alpha = 1e-4 / 2: two pairs per case
-
-
-def chi2_critical(df: int, z: float = ALPHA_Z) -> float:
-    """Wilson-Hilferty approximation of the chi-square quantile (accurate to ~1% here)."""
-    return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
-
-
-@functools.lru_cache(maxsize=None)
-def _models():
-    target = tiny_target(vocab=V, layers=2, seed=0, init=0.3)
-    # its first layer + head: a different q that still agrees ~35% of the time, so both
-    # acceptances and residual draws happen often
-    draft = truncated_copy(target, 1).model
-    return target, draft
-
-
-@functools.lru_cache(maxsize=None)
-def exact_pairs(cfg: SamplingConfig) -> dict[tuple[int, int], torch.Tensor]:
-    """For each pair of positions, the exact joint of the emitted tokens there, from the
-    target's processed distribution along all V^4 paths."""
-    target = _models()[0].model
-    paths = torch.zeros(1, 0, dtype=torch.long)
-    weight = torch.ones(1)
-    with torch.no_grad():
-        for _ in range(N_TOKENS):
-            ctx = torch.cat([torch.tensor(PROMPT).expand(len(paths), -1), paths], 1)
-            nxt = probabilities(target(ctx).logits[:, -1], cfg)  # [paths, V]
-            weight = (weight[:, None] * nxt).flatten()
-            paths = torch.cat([paths.repeat_interleave(V, 0), torch.arange(V).repeat(len(paths))[:, None]], 1)
-    out = {}
-    for i, j in PAIRS:
-        joint = torch.zeros(V * V)
-        joint.index_add_(0, paths[:, i] * V + paths[:, j], weight)
-        out[(i, j)] = joint
-    return out
-
-
-def chi2(counts: torch.Tensor, probs: torch.Tensor) -> tuple[float, int]:
-    n = counts.sum()
-    expected = probs * n
-    big = expected >= 5
-    stat = (((counts[big] - expected[big]) ** 2) / expected[big]).sum()
-    rest_obs, rest_exp = counts[~big].sum(), expected[~big].sum()
-    df = int(big.sum()) - 1
-    if rest_exp > 0:
-        stat = stat + (rest_obs - rest_exp) ** 2 / rest_exp
-        df += 1
-    return float(stat), df
-
-
-def draw(drafter_factory, cfg: SamplingConfig, n: int, batch: int = 1000,
-         plan: KernelPlan = HF_PLAN) -> dict[tuple[int, int], torch.Tensor]:
-    """Counts of each pair of emitted tokens over ``n`` rows, ``batch`` rows per decode,
-    every forward (target and draft levels) through ``plan``."""
-    target, _ = _models()
-    counts = {pair: torch.zeros(V * V) for pair in PAIRS}
-    for i in range(n // batch):
-        dec = SpeculativeDecoder(target.model, drafter_factory(), SamplingConfig(
-            temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p, seed=cfg.seed + i), plan=plan)
-        for s in dec.generate([PROMPT] * batch, N_TOKENS).sequences:
-            for a, b in PAIRS:
-                counts[(a, b)][s.output_ids[a] * V + s.output_ids[b]] += 1
-    return counts
-
-
-def statistics(factory, cfg: SamplingConfig, n: int | None = None,
-               plan: KernelPlan = HF_PLAN) -> list[tuple[str, float, int, float]]:
-    """(pair, chi2, df, Bonferroni critical value) for each tested pair; the exact joints
-    always come from Hugging Face's own forward, whatever ``plan`` the decoding uses."""
-    exact, counts = exact_pairs(cfg), draw(factory, cfg, n or N, getattr(factory, "batch", 1000), plan)
-    out = []
-    for pair in PAIRS:
-        stat, df = chi2(counts[pair], exact[pair])
-        out.append((f"tokens {pair[0] + 1}-{pair[1] + 1}", stat, df, chi2_critical(df, BONFERRONI_Z)))
-    return out
+from tests.oracles import T1, V, chi2_models, draw, exact_pairs, lower_model, staged_drafter, statistics
 
 
 def _model_chain():
-    return ModelDrafter(_models()[1], k=3)
+    return ModelDrafter(chi2_models()[1], k=3)
 
 
 def _model_tree():
-    return ModelDrafter(_models()[1], k=3, tree=TreeShape.parse({"widths": [3, 2]}))
+    return ModelDrafter(chi2_models()[1], k=3, tree=TreeShape.parse({"widths": [3, 2]}))
 
 
 def _model_tree_221():
-    return ModelDrafter(_models()[1], tree=TreeShape.parse({"widths": [2, 2, 1]}))
+    return ModelDrafter(chi2_models()[1], tree=TreeShape.parse({"widths": [2, 2, 1]}))
 
 
 def _dynamic():
-    return ModelDrafter(_models()[1], tree=TreeShape.parse({"dynamic": {"budget": 6, "topk": 3, "depth": 3}}))
+    return ModelDrafter(chi2_models()[1], tree=TreeShape.parse({"dynamic": {"budget": 6, "topk": 3, "depth": 3}}))
 
 
 _dynamic.batch = 25  # a dynamic tree grows row by row here: every row's expansion pads all rows
 
 
-@functools.lru_cache(maxsize=None)
-def _lower_model():
-    """A third random model for a staged level's lower stage (batched, unlike an n-gram
-    LM per row, so the staged cases cost what the others do; ``test_drafts.py`` tests an
-    n-gram lower stage at tokens 3-4)."""
-    return tiny_target(vocab=V, layers=1, seed=3, init=0.3).model
-
-
-def _staged():
-    """Inner rounds of at most 3 tokens fill a draft of 4: most end inside it, on a bonus
-    or a residual token, so the staged level's q for those tokens is tested."""
-    return ModelDrafter(_models()[1], k=4, lower=ModelDrafter(_lower_model(), k=2, name="inner"))
-
-
 def _staged_tree():
-    return ModelDrafter(_models()[1], tree=TreeShape.parse({"widths": [2, 2, 1]}),
-                        lower=ModelDrafter(_lower_model(), k=2, name="inner"))
+    return ModelDrafter(chi2_models()[1], tree=TreeShape.parse({"widths": [2, 2, 1]}),
+                        lower=ModelDrafter(lower_model(), k=2, name="inner"))
 
 
 def _bypass():
     """Rows whose suffix repeats an earlier pair (the prompt has "5 2" twice) take a copy of
     up to 3 tokens; the others a staged draft: a batch mixes both every round."""
-    return BypassDrafter(_staged(), k=3, min_match=2)
+    return BypassDrafter(staged_drafter(), k=3, min_match=2)
 
 
 def _bypass_miss():
     """Copies on any match, but a row whose last copy had fewer than 2 tokens accepted
     takes the staged draft next: the route depends on the round before."""
-    return BypassDrafter(_staged(), k=3, min_match=1, miss_below=2)
+    return BypassDrafter(staged_drafter(), k=3, min_match=1, miss_below=2)
 
 
 def _int4_chain():
     """The draft's every forward through 4-bit copies of its weights (``int4_rows`` over any
     row count: the 1000-row batches here exceed the 2 rows the Qwen preset uses): its q
     moves away from the model's own, and the output must not."""
-    return ModelDrafter(_models()[1], k=3, int4_rows=1 << 30)
+    return ModelDrafter(chi2_models()[1], k=3, int4_rows=1 << 30)
 
 
 def _ngram():
@@ -199,28 +99,26 @@ def _lookup():
 def _stop_alternatives():
     """A chain that stops after a pick the draft gives q < 0.6 and offers its two
     runners-up there as point-mass leaves."""
-    return ModelDrafter(_models()[1], k=3, stop_below=0.6, stop_alternatives=2)
+    return ModelDrafter(chi2_models()[1], k=3, stop_below=0.6, stop_alternatives=2)
 
 
 def _gated_ngram_staged():
     """An n-gram level that drafts for the small model only from a distribution whose
     likeliest token has p >= 0.35 (``min_top``)."""
-    return ModelDrafter(_models()[1], k=3, lower=KatzNgramDrafter(V, k=2, order=2, min_top=0.35))
+    return ModelDrafter(chi2_models()[1], k=3, lower=KatzNgramDrafter(V, k=2, order=2, min_top=0.35))
 
 
-N = 4000
-T1 = SamplingConfig(temperature=1.0, seed=11)
 T07 = SamplingConfig(temperature=0.7, top_k=5, top_p=0.9, seed=5)
 CASES = {
     "small-chain": (_model_chain, T1),
     "small-tree": (_model_tree, T1),
-    "staged": (_staged, T1),
+    "staged": (staged_drafter, T1),
     "ngram": (_ngram, T1),
     "lookup": (_lookup, T1),
     "chain-t0.7-topk-topp": (_model_chain, T07),
     "tree221-t0.8-topp": (_model_tree_221, SamplingConfig(temperature=0.8, top_p=0.95, seed=6)),
     "dynamic-t0.7-topk": (_dynamic, SamplingConfig(temperature=0.7, top_k=5, seed=7)),
-    "staged-t0.7-topk-topp": (_staged, T07),
+    "staged-t0.7-topk-topp": (staged_drafter, T07),
     "bypass-staged": (_bypass, T1),
     "bypass-staged-t0.7-topk-topp": (_bypass, T07),
     "bypass-after-miss": (_bypass_miss, T1),
@@ -314,7 +212,7 @@ def _fast_plan_causal_leak(monkeypatch):
     lets each row see the next one. The models are installed first, so the install-time
     logits check (``kernels.check_lean_layers``, which refuses this fault) does not run
     again: what is measured is the chi-square test's own power under the plan."""
-    target, draft = _models()
+    target, draft = chi2_models()
     kernels.install(target.model)
     kernels.install(draft)
     mutate(monkeypatch, [], kernels, "_packed_gqa_attention",
@@ -362,7 +260,7 @@ def _target_quantized(monkeypatch):
         # 435 / 607
         ("no residual between siblings", _siblings_against_original_p, _model_tree, HF_PLAN),
         # 54 / 138: tokens 1-2 alone (the old two-token test) stay under the critical value
-        ("staged bonus q = p[0]", _staged_bonus_q_at_root, _staged, HF_PLAN),
+        ("staged bonus q = p[0]", _staged_bonus_q_at_root, staged_drafter, HF_PLAN),
         # 945 / 571
         ("fast plan: causal mask one row late", _fast_plan_causal_leak, _model_chain, FAST),
         # 518 / 320 (README: 405 against 85 in test_early_stop's set-up)

@@ -25,10 +25,9 @@ from stagedspec.models.model_loading import truncated_copy
 from stagedspec.search.auto_tree import attach
 from stagedspec.search.tree_calibration import _Recorder
 from stagedspec.search.tree_program import Calibration, acceptance_matrix, best_trees, choose, replay
-from .helpers import other_small, tiny_target
-from .test_drafts import _peaked, draw_positions_3_4, exact_positions_3_4
-from .test_greedy_exact import N_NEW, _prompts, _reference
-from .test_sampling_exact import V, chi2, chi2_critical
+from tests.helpers import other_small, tiny_target
+from tests.oracles import (N_NEW, V, chi2, chi2_critical, draw_positions_3_4, exact_positions_3_4, hf_reference,
+                           peaked, tiny_prompts, trained_drafts)
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "tree"
 PRESETS = {p.stem: yaml.safe_load(p.read_text())["shape"] for p in sorted(CONF.glob("*.yaml")) if p.stem != "auto"}
@@ -109,7 +108,7 @@ def _model_raw(model, ctx):
 @pytest.mark.parametrize("sampling", SAMPLINGS, ids=["greedy", "t0.7-topk1", "t1-topp0.5"])
 def test_model_alternatives_are_its_next_best_tokens(sampling):
     small = _first1()
-    ctx = _prompts(2)[1]
+    ctx = tiny_prompts(2)[1]
     d = ModelDrafter(small, tree=TreeShape.parse([[0], [1], [2], [0, 0], [0, 1], [1, 0], [1, 1], [0, 0, 0], [1, 0, 0]]))
     _setup(d, sampling, [ctx])
     (tree,) = d.propose([ctx])
@@ -121,7 +120,7 @@ def test_staged_tree_alternatives_are_the_levels_next_best_tokens(sampling):
     """At a staged level the spine comes from the lower stage; the alternatives, at spine
     nodes and below alternatives, are still this level's own next-best tokens."""
     small = _first1()
-    ctx = _prompts(2)[1]
+    ctx = tiny_prompts(2)[1]
     shape = TreeShape.parse([[0], [1], [2], [0, 0], [0, 1], [1, 0], [1, 1], [0, 0, 0], [0, 0, 1], [1, 0, 0]])
     d = ModelDrafter(small, lower=KatzNgramDrafter(128, k=2), tree=shape)
     _setup(d, sampling, [ctx])
@@ -154,7 +153,7 @@ def test_dynamic_tree_expands_every_row_in_one_forward_per_depth():
     calls = {}
     for B in (1, 6):
         d = ModelDrafter(small, tree=shape)
-        ctxs = _prompts(6)[:B]
+        ctxs = tiny_prompts(6)[:B]
         _setup(d, SamplingConfig(0.0), ctxs)
         before = d.forward_stats()[1]
         trees = d.propose(ctxs)
@@ -168,7 +167,7 @@ def test_dynamic_matches_a_row_by_row_reference():
     depend on the other rows)."""
     small = _first1()
     shape = DynamicShape(budget=7, topk=3, depth=4)
-    ctxs = _prompts(4)
+    ctxs = tiny_prompts(4)
     d = ModelDrafter(small, tree=shape)
     _setup(d, SamplingConfig(0.0), ctxs)
     together = d.propose(ctxs)
@@ -206,10 +205,10 @@ def test_every_tree_preset_greedy_equals_hf(kind, preset):
     if kind == "ngram>other(tree)>small" and preset not in ("medusa", "dynamic"):
         pytest.skip("three levels: two presets suffice (the slowest hierarchy)")
     target = tiny_target()
-    ref = [list(r) for r in _reference(5)]
+    ref = [list(r) for r in hf_reference(5)]
     for batch in (1, 5):
         drafter = MAKERS[kind](TreeShape.parse(PRESETS[preset]))
-        res = SpeculativeDecoder(target.model, drafter, SamplingConfig()).generate(_prompts(5)[:batch], N_NEW)
+        res = SpeculativeDecoder(target.model, drafter, SamplingConfig()).generate(tiny_prompts(5)[:batch], N_NEW)
         assert [s.output_ids for s in res.sequences] == ref[:batch], f"{kind} {preset} batch {batch}"
         if preset != "chain":
             assert res.summary()["tree_nodes_per_call"] > 1
@@ -218,11 +217,11 @@ def test_every_tree_preset_greedy_equals_hf(kind, preset):
 @pytest.mark.parametrize("kind", ["small", "ngram>small"])
 def test_tree_auto_greedy_equals_hf(kind, tmp_path):
     target = tiny_target()
-    ref = [list(r) for r in _reference(5)]
+    ref = [list(r) for r in hf_reference(5)]
     drafter = MAKERS[kind](SMALL_AUTO)
     auto = attach(drafter, target, hierarchy_key=[kind], cache_dir=tmp_path)
     for batch in (1, 5):
-        res = SpeculativeDecoder(target.model, drafter, SamplingConfig()).generate(_prompts(5)[:batch], N_NEW)
+        res = SpeculativeDecoder(target.model, drafter, SamplingConfig()).generate(tiny_prompts(5)[:batch], N_NEW)
         assert [s.output_ids for s in res.sequences] == ref[:batch]
     assert isinstance(drafter.tree, StaticShape) and drafter.tree.size <= SMALL_AUTO.max_nodes
     assert [list(p) for p in drafter.tree.paths] == auto.choice.paths
@@ -233,7 +232,7 @@ def _staged_peaked(tree):
     """A random lower model (the inner decoding accepts ~30% of its drafts, so spine tokens
     come both from it and from the level's own residual and bonus draws) under the
     sampling test's layer draft (the target's first layer)."""
-    _, _, layers = _peaked()
+    _, _, layers = peaked()
     lower = ModelDrafter(other_small(V, seed=1, init=0.1), k=2, name="random")
     return ModelDrafter(layers, lower=lower, tree=TreeShape.parse(tree))
 
@@ -247,8 +246,8 @@ T07P = SamplingConfig(temperature=0.7, top_p=0.9, seed=32)
 @pytest.mark.parametrize("factory,cfg", [
     (lambda: _staged_peaked(STAGED_TREE), T1),
     (lambda: _staged_peaked(STAGED_TREE), T07P),
-    (lambda: ModelDrafter(_peaked()[2], tree=TreeShape.parse(DYNAMIC)), T1),
-    (lambda: ModelDrafter(_peaked()[2], tree=TreeShape.parse(DYNAMIC)), T07P),
+    (lambda: ModelDrafter(peaked()[2], tree=TreeShape.parse(DYNAMIC)), T1),
+    (lambda: ModelDrafter(peaked()[2], tree=TreeShape.parse(DYNAMIC)), T07P),
 ], ids=["staged-tree-t1", "staged-tree-t0.7-topp", "dynamic-t1", "dynamic-t0.7-topp"])
 def test_trees_sample_the_target_at_positions_3_and_4(factory, cfg):
     """Chi-square (N = 6000, alpha = 1e-4) of the joint of the 3rd and 4th emitted tokens:
@@ -474,14 +473,13 @@ def test_build_hierarchy_attaches_auto_keyed_without_the_top_levels_k(tmp_path, 
 def test_feature_draft_tree_auto_greedy_equals_hf(tmp_path):
     from stagedspec.drafters.feature import FeatureDrafter
 
-    from .test_drafts import _drafts
 
     target = tiny_target()
-    drafter = FeatureDrafter(_drafts()[0], tree=SMALL_AUTO)
+    drafter = FeatureDrafter(trained_drafts()[0], tree=SMALL_AUTO)
     attach(drafter, target, hierarchy_key=["feature"], cache_dir=tmp_path)
-    ref = [list(r) for r in _reference(5)]
+    ref = [list(r) for r in hf_reference(5)]
     for batch in (1, 5):
-        res = SpeculativeDecoder(target.model, drafter, SamplingConfig()).generate(_prompts(5)[:batch], N_NEW)
+        res = SpeculativeDecoder(target.model, drafter, SamplingConfig()).generate(tiny_prompts(5)[:batch], N_NEW)
         assert [s.output_ids for s in res.sequences] == ref[:batch]
 
 
@@ -500,7 +498,7 @@ def test_dynamic_tree_at_a_staged_level_credits_only_the_spine_to_the_lower_leve
     (the spine the inner decoding made), never on a runner-up branch. Peaked models, so
     deep nodes outscore shallow runners-up and pruning renumbers the tree (with the cache
     of pre-pruning node ids this credited 4 runner-up nodes here)."""
-    target, _, layers = _peaked()
+    target, _, layers = peaked()
     drafter = _Recording(layers, tree=TreeShape.parse({"dynamic": {"budget": 4, "topk": 3, "depth": 4}}),
                          lower=KatzNgramDrafter(V, k=3, order=2))
     prompts = [[1, 5, 2, 5, 2], [3, 1, 4, 1, 5], [2, 7, 1, 0, 2], [6, 6, 0, 3, 1]]
