@@ -510,3 +510,20 @@ def test_an_unexpected_error_is_one_line_and_a_traceback_file(tmp_path, monkeypa
     with pytest.raises(KeyboardInterrupt):
         with entry_errors():
             raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "1.5", "true", "x"])
+def test_repeats_is_checked_before_any_model_loads(bad, tmp_path):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        assert validate_cfg(compose("config", overrides=["experiment=tiny", "repeats=3"]), with_data=False).repeats == 3
+        with pytest.raises(ConfigError, match=r"repeats must be an integer >= 1, got"):
+            validate_cfg(compose("config", overrides=["experiment=tiny", f"repeats={bad}"]), with_data=False)
+
+
+def test_a_bad_prediction_source_is_refused_before_any_model_loads():
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        plan = validate_cfg(compose("config", overrides=["experiment=tiny", "prediction.source=training"]),
+                            with_data=False)
+        assert plan.prediction_source == "training"
+        with pytest.raises(ConfigError, match=r"prediction.source must be one of \['heldout', 'training'\], got 'data'"):
+            validate_cfg(compose("config", overrides=["experiment=tiny", "prediction.source=data"]), with_data=False)

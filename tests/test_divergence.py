@@ -56,15 +56,3 @@ def test_divergence_metrics_by_hand():
     assert divergence_metrics(found) == {"ar_divergences": 2.0, "ar_first_divergence_min": 3.0,
                                          "ar_divergence_gap_max": 0.1, "ar_divergence_gap_steps_max": 4.0}
     assert divergence_metrics([None, None]) == {"ar_divergences": 0.0}
-
-
-def test_the_job_note_states_the_earliest_divergence_and_widest_gap():
-    from stagedspec.app.tracking import child_note
-
-    m = {"tokens_per_s": 10.0, "ar_match_rate": 2 / 3, "ar_divergences": 1.0, "ar_first_divergence_min": 18.0,
-         "ar_divergence_gap_steps_max": 1.0}
-    note = child_note("job", m, "humaneval (3 questions)", 64)
-    assert "identical to plain decoding on 67% of prompt turns" in note
-    assert "at token 18 at the earliest" in note and "at most 1.0 steps of its dtype" in note
-    same = child_note("job", {**m, "ar_match_rate": 1.0, "ar_divergences": 0.0}, "humaneval (3 questions)", 64)
-    assert "on 100% of prompt turns" in same and "earliest" not in same

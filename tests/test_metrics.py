@@ -295,31 +295,6 @@ def test_out_of_sample_prediction_by_hand():
     assert q["predicted_tokens_per_call"] == pytest.approx(cost_model.yield_moments(0.5, {3: 1})[0])
 
 
-@pytest.mark.parametrize("bad", ["0", "-1", "1.5", "true", "x"])
-def test_repeats_is_checked_before_any_model_loads(bad, tmp_path):
-    from hydra import compose, initialize_config_dir
-
-    from stagedspec.app.plan import CONF_DIR, ConfigError, validate_cfg
-
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        assert validate_cfg(compose("config", overrides=["experiment=tiny", "repeats=3"]), with_data=False).repeats == 3
-        with pytest.raises(ConfigError, match=r"repeats must be an integer >= 1, got"):
-            validate_cfg(compose("config", overrides=["experiment=tiny", f"repeats={bad}"]), with_data=False)
-
-
-def test_a_bad_prediction_source_is_refused_before_any_model_loads():
-    from hydra import compose, initialize_config_dir
-
-    from stagedspec.app.plan import CONF_DIR, ConfigError, validate_cfg
-
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        plan = validate_cfg(compose("config", overrides=["experiment=tiny", "prediction.source=training"]),
-                            with_data=False)
-        assert plan.prediction_source == "training"
-        with pytest.raises(ConfigError, match=r"prediction.source must be one of \['heldout', 'training'\], got 'data'"):
-            validate_cfg(compose("config", overrides=["experiment=tiny", "prediction.source=data"]), with_data=False)
-
-
 def test_interval_metrics_say_what_the_interval_is_over():
     from stagedspec.metrics.intervals import interval_metrics
 

@@ -5,16 +5,19 @@ tuned on."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
-from stagedspec.app.plan import CONF_DIR
 from stagedspec.prompts.prompt_sets import load_prompt_set
 from stagedspec.prompts.splits import SPLITS, check_split, select, split_of
 
 EARLIER_TUNING = {"humaneval": list(range(0, 136, 27)), "mt_bench": list(range(81, 152, 10))}
 """The problems every earlier default was tuned on (HumanEval 0, 27, ..., 135; MT-bench
 81, 91, ..., 151)."""
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+"""The repository's Hydra configs (what ``stagedspec.app.plan.CONF_DIR`` names)."""
 
 TUNED_PRESETS = ("katz", "qwen_coder_0p5b", "bypass")
 """The level presets of the default hierarchy: their settings were chosen by measurement."""
@@ -72,7 +75,7 @@ def test_unknown_set_has_no_split_rule():
 def test_default_presets_note_the_split_they_were_tuned_on(preset):
     """Each tuned preset says which split its settings were chosen on, and the problems it
     names are in that split."""
-    text = (CONF_DIR / "drafter" / f"{preset}.yaml").read_text()
+    text = (CONF / "drafter" / f"{preset}.yaml").read_text()
     m = re.search(r"^# tuned on: (\w+) \(HumanEval ([\d, .]+) and MT-bench ([\d, .]+),", text, re.M)
     assert m, f"conf/drafter/{preset}.yaml has no '# tuned on: <split> (...)' note"
     assert m.group(1) in SPLITS

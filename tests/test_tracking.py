@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_dir
 from analysis.load import load_runs
 from stagedspec.app.identity import job_params, run_name, sweep_name
 from stagedspec.app.plan import CONF_DIR, ConfigError, check_keys, unknown_key, validate_cfg
-from stagedspec.app.tracking import HEADLINE, Tracker, context_tags, headline_view, speedup_text
+from stagedspec.app.tracking import HEADLINE, Tracker, child_note, context_tags, headline_view, speedup_text
 
 
 @pytest.fixture(scope="module")
@@ -133,3 +133,13 @@ def test_system_metrics_come_after_the_headline(tmp_path, monkeypatch):
     t.end(run_id)
     keys = list(t.client.get_run(run_id).data.metrics)
     assert keys[:2] == ["speedup", "rounds"] and "system/cpu_utilization_percentage" in keys
+
+
+def test_the_job_note_states_the_earliest_divergence_and_widest_gap():
+    m = {"tokens_per_s": 10.0, "ar_match_rate": 2 / 3, "ar_divergences": 1.0, "ar_first_divergence_min": 18.0,
+         "ar_divergence_gap_steps_max": 1.0}
+    note = child_note("job", m, "humaneval (3 questions)", 64)
+    assert "identical to plain decoding on 67% of prompt turns" in note
+    assert "at token 18 at the earliest" in note and "at most 1.0 steps of its dtype" in note
+    same = child_note("job", {**m, "ar_match_rate": 1.0, "ar_divergences": 0.0}, "humaneval (3 questions)", 64)
+    assert "on 100% of prompt turns" in same and "earliest" not in same
