@@ -106,7 +106,7 @@ def test_malformed_line_names_file_and_line(tmp_path, bad, needle):
 
 def test_default_data_path(monkeypatch, tmp_path):
     monkeypatch.delenv("STAGEDSPEC_DATA", raising=False)
-    repo_root = Path(__file__).resolve().parent.parent
+    repo_root = Path(__file__).resolve().parents[2]
     assert default_data_path() == (repo_root.parent / "shared" / "data" / "spec_bench_dev.jsonl").resolve()
     monkeypatch.setenv("STAGEDSPEC_DATA", str(tmp_path / "x.jsonl"))
     assert default_data_path() == (tmp_path / "x.jsonl").resolve()

@@ -19,7 +19,7 @@ from stagedspec.app.plan import CONF_DIR
 from stagedspec.app.view import StreamView, TextPieces, job_page, token_views, wants_color
 from stagedspec.metrics.round_stats import RoundStats
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 VOCAB = ["Hel", "lo", " wor", "ld", "!", "\n", "ok"]
 LEVELS = ["ngram", "small"]
 

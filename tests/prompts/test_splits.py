@@ -16,7 +16,7 @@ EARLIER_TUNING = {"humaneval": list(range(0, 136, 27)), "mt_bench": list(range(8
 """The problems every earlier default was tuned on (HumanEval 0, 27, ..., 135; MT-bench
 81, 91, ..., 151)."""
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 """The repository's Hydra configs (what ``stagedspec.app.plan.CONF_DIR`` names)."""
 
 TUNED_PRESETS = ("katz", "qwen_coder_0p5b", "bypass")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SWEEP = ["experiment=tiny", "levels.small.k=1,2", "sampling=greedy,t07"]
 
 

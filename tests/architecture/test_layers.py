@@ -14,7 +14,7 @@ import pytest
 
 from tests.oracles import imports, module_name
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ADAPTERS = ROOT / "stagedspec" / "app"
 ENTRY_SHIMS = {ROOT / "stagedspec" / f"{name}.py" for name in ("run", "generate", "distill")}
 """``python -m stagedspec.run`` / ``generate`` / ``distill``: each imports ``main`` from its

@@ -389,7 +389,7 @@ def test_analysis_does_not_import_the_engine():
             "bad = {m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers') "
             "or (m.startswith('stagedspec.') and not m.startswith('stagedspec.metrics'))}; "
             "assert not bad, bad; assert 'stagedspec.metrics.run_schema' in sys.modules")
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
 
 
 def test_exactness_table_reports_divergences_of_greedy_runs_only():

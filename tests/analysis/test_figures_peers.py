@@ -1,5 +1,5 @@
 """The peers figure (``analysis/peers_figure.py``) read back: what the bars show, not only
-that a PNG was written (``tests/test_peers.py::test_figure_from_results``)."""
+that a PNG was written (``tests/evaluation/test_peers.py::test_figure_from_results``)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ import pytest
 
 from stagedspec.evaluation import bench_log, bench_methods, bench_table
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load():

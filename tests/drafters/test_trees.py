@@ -29,7 +29,7 @@ from tests.helpers import other_small, tiny_target
 from tests.oracles import (N_NEW, V, chi2, chi2_critical, draw_positions_3_4, exact_positions_3_4, hf_reference,
                            peaked, tiny_prompts, trained_drafts)
 
-CONF = Path(__file__).resolve().parents[1] / "conf" / "tree"
+CONF = Path(__file__).resolve().parents[2] / "conf" / "tree"
 PRESETS = {p.stem: yaml.safe_load(p.read_text())["shape"] for p in sorted(CONF.glob("*.yaml")) if p.stem != "auto"}
 SMALL_AUTO = AutoShape(max_nodes=8, widths=(3, 2, 2), prompts=2, tokens=12, repeats=1)
 

@@ -17,7 +17,7 @@ import pytest
 
 from tests.oracles import imports
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "stagedspec"
 
 ROOMS = ["metrics", "prompts", "engine", "models", "search", "drafters", "training", "evaluation", "app"]

@@ -10,7 +10,7 @@ from pathlib import Path
 from pyflakes.api import checkRecursive
 from pyflakes.reporter import Reporter
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CHECKED = ("stagedspec", "experiments", "analysis", "tests")
 
 
