@@ -251,12 +251,14 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports(path: Path) -> set[str]:
+def imports(path: Path, source: str | None = None) -> set[str]:
     """Every module ``path`` imports, anywhere in the file, as absolute dotted names
-    (``from a import b`` counts as ``a`` and ``a.b``: b may be a submodule)."""
+    (``from a import b`` counts as ``a`` and ``a.b``: b may be a submodule). ``source``
+    stands in for the file's text (a file that is not there, for the checks' own tests)."""
     package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    text = path.read_text(encoding="utf-8") if source is None else source
     out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+    for node in ast.walk(ast.parse(text, str(path))):
         if isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
