@@ -62,8 +62,3 @@ def hierarchy(kind: str, target: LoadedModel, k: int, tree=None, lower_k: int = 
                              k=2 * k, min_match=1, miss_below=2)
     raise ValueError(kind)
 
-
-def hf_greedy(model: torch.nn.Module, prompt: list[int], n: int) -> list[int]:
-    out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                         max_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0)
-    return out[0, len(prompt):].tolist()

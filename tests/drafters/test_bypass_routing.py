@@ -1,0 +1,128 @@
+"""The bypass level's routing rule, by hand: copy on a match, and with ``miss_below`` hand
+the round after a missed copy to the level below."""
+
+from __future__ import annotations
+
+from stagedspec.drafters import BypassDrafter
+from stagedspec.drafters.bypass import RoutePrices
+from stagedspec.engine.drafter_protocol import Drafter
+from stagedspec.engine.tree import DraftTree
+
+
+class Below(Drafter):
+    """Proposes token 99 to every row; counts its calls."""
+
+    name = "below"
+
+    def __init__(self):
+        self.calls = 0
+
+    def propose(self, contexts, features=None):
+        self.calls += 1
+        out = []
+        for _ in contexts:
+            t = DraftTree()
+            t.add(99, -1, None, self.name)
+            out.append(t)
+        return out
+
+
+def _tokens(tree: DraftTree) -> list[int]:
+    return list(tree.tokens)
+
+
+def test_after_a_missed_copy_the_next_round_goes_below():
+    below = Below()
+    d = BypassDrafter(below, k=3, min_match=2, miss_below=2)
+    d.reset(2)
+    # row 0 repeats "1 2": a copy of what followed ("3 4 1"); row 1 has no match of 2 tokens
+    ctx = [[1, 2, 3, 4, 1, 2], [5, 6, 7]]
+    first = d.propose(ctx)
+    assert _tokens(first[0]) == [3, 4, 1] and first[0].owner != "below"
+    assert _tokens(first[1]) == [99] and below.calls == 1
+    d.feedback([1, 0])  # row 0's copy: 1 of 3 accepted (< 2: a miss); row 1 was below's round
+    second = d.propose(ctx)
+    assert _tokens(second[0]) == [99] and _tokens(second[1]) == [99] and below.calls == 2
+    d.feedback([1, 1])  # both rounds were below's: row 0 may copy again
+    third = d.propose(ctx)
+    assert _tokens(third[0]) == [3, 4, 1]
+    d.feedback([2, 0])  # 2 accepted: not a miss
+    assert _tokens(d.propose(ctx)[0]) == [3, 4, 1]
+    d.keep_rows([1])  # row 1 alone goes on: its state is kept, row 0's dropped
+    assert d._cold == [False] and _tokens(d.propose([[5, 6, 7]])[0]) == [99]
+
+
+def test_without_miss_below_a_match_always_copies():
+    below = Below()
+    d = BypassDrafter(below, k=3, min_match=2)
+    d.reset(1)
+    ctx = [[1, 2, 3, 4, 1, 2]]
+    for _ in range(3):
+        assert _tokens(d.propose(ctx)[0]) == [3, 4, 1]
+        d.feedback([0])
+    assert below.calls == 0
+
+
+# --------------------------------------------------------------------------- the priced router
+class BelowOne(Below):
+    max_depth = 1
+
+
+PRICES = RoutePrices(row_cost=0.1, draft_cost=0.5, prior_weight=1.0, prior_accepted=2.0)
+
+
+def test_the_priced_router_sends_the_round_with_more_tokens_per_cost_by_hand():
+    """Costs in target steps: a copy of 3 after a 2-token match, (min(2, 3) + 1) / (1 + 0.1 * 4)
+    = 2.14; the level below (depth 1, prior 2 accepted in 3 forwards) (2 + 1) / (1 + 0.1 * 2 +
+    0.5 * 3) = 1.11. Copies with nothing accepted pull the 2-token bucket's mean down: 1, 0.67,
+    0.5 (rates 1.43, 1.19, 1.07): the 4th round goes below; a round below with 1 accepted and
+    no forward lifts it to (1.5 + 1) / (1.2 + 0.5 * 1.5) = 1.28, so it stays there (after two:
+    (4/3 + 1) / (1.2 + 0.5 * 1) = 1.37)."""
+    d = BypassDrafter(BelowOne(), k=3, min_match=2, prices=PRICES)
+    d.reset(1)
+    ctx = [[1, 2, 3, 4, 1, 2]]
+    routes = []
+    for _ in range(5):
+        routes.append(_tokens(d.propose(ctx)[0]))
+        d.feedback([0] if routes[-1] == [3, 4, 1] else [1])
+    assert routes == [[3, 4, 1]] * 3 + [[99]] * 2
+    assert d.decisions == {"copy": 3, "lower": 2}
+    assert abs(d._stats.copy_rate(2, 3) - 1.5 / 1.4) < 1e-12 and abs(d._stats.lower_rate(1) - (4 / 3 + 1) / 1.7) < 1e-12
+
+
+def test_the_priced_router_copies_after_a_one_token_match_the_rule_would_pass_down():
+    rule, priced = BypassDrafter(BelowOne(), k=3, min_match=2), BypassDrafter(BelowOne(), k=3, min_match=2,
+                                                                               prices=PRICES)
+    for d in (rule, priced):
+        d.reset(1)
+    ctx = [[5, 6, 5]]  # "5" seen before, followed by "6 5": (1 + 1) / (1 + 0.1 * 3) = 1.54 > 1.11
+    assert _tokens(rule.propose(ctx)[0]) == [99] and _tokens(priced.propose(ctx)[0]) == [6, 5]
+
+
+def test_greedy_output_with_the_priced_router_equals_plain_decoding():
+    from stagedspec.drafters import KatzNgramDrafter, ModelDrafter
+    from stagedspec.engine.decoding import SpeculativeDecoder
+    from stagedspec.engine.sampling import SamplingConfig
+    from stagedspec.models.model_loading import truncated_copy
+
+    from tests.helpers import tiny_target
+    from tests.oracles import N_NEW, hf_reference, tiny_prompts
+
+    target = tiny_target()
+    small = ModelDrafter(truncated_copy(target, 1).model, k=3, lower=KatzNgramDrafter(target.vocab_size, k=2))
+    d = BypassDrafter(small, k=6, min_match=2, prices=RoutePrices())
+    out = SpeculativeDecoder(target.model, d, SamplingConfig()).generate(tiny_prompts(3), N_NEW)
+    assert [s.output_ids for s in out.sequences] == [list(r) for r in hf_reference(3)]
+    assert d.decisions["copy"] > 0 and d.decisions["lower"] > 0  # both routes taken
+
+
+def test_sampled_output_with_the_priced_router_has_the_targets_distribution():
+    """test_sampling_exact's chi-square (same N and critical values) with its staged draft
+    under a priced bypass (copies on any match while they pay)."""
+    from tests.oracles import T1, staged_drafter, statistics
+
+    def factory():
+        return BypassDrafter(staged_drafter(), k=3, min_match=2, prices=RoutePrices())
+
+    for pair, stat, df, crit in statistics(factory, T1):
+        assert stat < crit, f"{pair}: chi2={stat:.1f} df={df} crit={crit:.1f}"
