@@ -25,9 +25,12 @@ from tests.oracles import imports
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "stagedspec"
 
-ROOMS = ["metrics", "prompts", "engine", "models", "search", "drafters", "training", "evaluation", "app"]
-"""Lowest first: metrics (standard library) < prompts < engine (decoding) < models (loading)
-< search (tree=auto) < drafters (levels, hierarchy) < training < evaluation < app (Hydra, MLflow)."""
+ROOMS = ["metrics", "prompts", "engine", "models", "drafters", "tuning", "training", "evaluation", "app"]
+"""Lowest first: metrics (standard library) < prompts < engine (decoding) < models (loading
+only) < drafters (levels, hierarchy) < tuning (measure this machine and choose: the kernel
+plan's calibration, tree=auto, the disk cache) < training < evaluation (a job's assembly,
+which calls tuning before timing) < app (Hydra, MLflow). Tuning sits above the engine and
+the drafters, so neither can reach it: only an assembly above it calls it."""
 
 TOP_MODULES = {"__init__": None, "run": "app", "generate": "app", "distill": "app"}
 """Modules at the top of stagedspec/ and the room each counts as (None: imports nothing)."""
