@@ -148,7 +148,7 @@ def calibrate(
         xs = [torch.randn(m, mod.in_features, dtype=p.dtype, device=p.device) for mod in mods]
         cands = [q for q in paths if not q.startswith("mkl") or q == PATH_MKLDNN or m <= int(q[3:]) < 2 * m]
         times[str(m)] = {q: _time_pass(mods, xs, q, reps) for q in cands}
-    linear = _choose(times, max_packs) if times else [PATH_LINEAR] * max_rows
+    linear = choose_paths(times, max_packs) if times else [PATH_LINEAR] * max_rows
     int4_ms = _time_exact_int4(model, linear, reps)
     int4_rows = next((int(m) - 1 for m, t in int4_ms.items() if t["int4"] >= t["dense"]), len(int4_ms))
     for mod in mods:  # drop the packs the plan does not use
@@ -181,7 +181,7 @@ def _time_exact_int4(model: nn.Module, linear: list[str], reps: int) -> dict[str
     return out
 
 
-def _choose(times: dict[str, dict[str, float]], max_packs: int) -> list[str]:
+def choose_paths(times: dict[str, dict[str, float]], max_packs: int) -> list[str]:
     """Fastest path per row count, using at most ``max_packs`` distinct prepacked paths:
     packs are added greedily by the total time they save over the best choice without them."""
     rows = sorted(times, key=int)

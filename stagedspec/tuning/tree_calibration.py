@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------------------- calibration
-class _Recorder:
+class RankRecorder:
     """Wraps the top level during calibration decoding: remembers each round's trees and
     contexts, and when the next round's contexts show what was emitted, which rank was
     accepted at each depth of the rank-0 chain."""
@@ -224,7 +224,7 @@ def calibrate(drafter, target, sampling: SamplingConfig, plan: KernelPlan, auto:
     prompts = prompts or calibration_prompts(target, auto.prompts, auto.source)
     shape = auto.calibration_shape()
     drafter.tree = shape
-    rec = _Recorder(drafter, auto.depth, max(auto.widths))
+    rec = RankRecorder(drafter, auto.depth, max(auto.widths))
     dec = SpeculativeDecoder(target.model, rec, SamplingConfig(sampling.temperature, sampling.top_k, sampling.top_p,
                                                                seed=sampling.seed + 777), plan=plan)
     dec.generate([prompts[0][-16:]], 4)  # warm-up: first forwards allocate

@@ -135,10 +135,7 @@ import: analysis/'s tests what analysis/ may read (``stagedspec.metrics``); the 
 tests read every module's source (None: any room). Every other folder is a name in ``ROOMS``."""
 SHARED = ("tests.oracles", "tests.helpers", "tests.conftest")
 """What a test file may import from tests/: the shared oracles and the tiny-model builders."""
-PRIVATE_PENDING = {
-    "_choose": "kernel_calibration: the pack choice from a table of times, tested by hand in drafters/test_kernels.py",
-    "_Recorder": "tree_calibration: the per-depth rank counter, tested by hand in drafters/test_trees.py",
-}
+PRIVATE_PENDING: dict[str, str] = {}
 """Private names tests still import, each waiting for a public name in the package; the
 entry goes when the name does (``test_private_names_pending_a_public_one_are_still_imported``)."""
 

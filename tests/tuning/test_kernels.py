@@ -16,7 +16,7 @@ from transformers import DynamicCache
 from stagedspec.engine import kernels
 from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.kernels import HF_PLAN, KernelPlan, available_paths, long_path_for
-from stagedspec.tuning.kernel_calibration import _choose, calibrate
+from stagedspec.tuning.kernel_calibration import choose_paths, calibrate
 from stagedspec.engine.kv_cache import KVModel, SlotLayer
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.engine.tree import DraftTree, TreeShape
@@ -50,11 +50,11 @@ def test_choose_takes_the_fastest_path_within_the_pack_budget():
         "8": {"linear": 42.0, "mkldnn": 33.0, "mkl8": 32.0},
     }
     # one pack: mkldnn saves 6 + 9 = 15 ms, mkl4 saves 7, mkl8 saves 10 -> mkldnn
-    assert _choose(times, max_packs=1) == ["linear", "mkldnn", "mkldnn"]
+    assert choose_paths(times, max_packs=1) == ["linear", "mkldnn", "mkldnn"]
     # two packs: after mkldnn, mkl4 and mkl8 each save 1 ms of 81 (over the 1% bar); the tie
     # goes to the first name
-    assert _choose(times, max_packs=2) == ["linear", "mkl4", "mkldnn"]
-    assert _choose(times, max_packs=0) == ["linear", "linear", "linear"]
+    assert choose_paths(times, max_packs=2) == ["linear", "mkl4", "mkldnn"]
+    assert choose_paths(times, max_packs=0) == ["linear", "linear", "linear"]
 
 
 def test_plan_describe_and_path_lookup():

@@ -24,7 +24,7 @@ from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.engine.tree import AutoShape, DraftTree, DynamicShape, StaticShape, TreeShape
 from stagedspec.models.model_loading import truncated_copy
 from stagedspec.tuning.auto_tree import resolve_auto_tree
-from stagedspec.tuning.tree_calibration import _Recorder
+from stagedspec.tuning.tree_calibration import RankRecorder
 from stagedspec.tuning.tree_program import Calibration, acceptance_matrix, best_trees, choose, replay
 from tests.helpers import other_small, tiny_target
 from tests.oracles import (N_NEW, V, chi2, chi2_critical, draw_positions_3_4, exact_positions_3_4, hf_reference,
@@ -326,7 +326,7 @@ def test_recorder_reads_the_accepted_rank_per_depth():
     class Inner:
         name, wants_features = "x", False
 
-    rec = _Recorder(Inner(), depth=3, width=2)
+    rec = RankRecorder(Inner(), depth=3, width=2)
     rec.observe(tree, [10, 21, 99])  # rank 0 at depth 1, rank 1 at depth 2
     rec.observe(tree, [11, 40, 5])  # rank 1 at depth 1: off the chain, nothing deeper
     rec.observe(tree, [10, 20, 30, 7])  # the whole chain, then the bonus (no children left)
