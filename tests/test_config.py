@@ -15,7 +15,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from stagedspec.app.cli import CliError, entry_errors
 from stagedspec.app.identity import config_hash, sweep_id
-from stagedspec.app.plan import CONF_DIR, ConfigError, instantiate, levels_from_cfg, validate_cfg
+from stagedspec.app.plan import CONF_DIR, ConfigError, validate_cfg
+from stagedspec.app.validation import instantiate, levels_from_cfg
 from stagedspec.models import model_loading as models
 from stagedspec.prompts.prompt_sets import SPEC_BENCH_CATEGORIES
 
@@ -390,7 +391,7 @@ def test_every_allowed_target_keeps_its_hashed_spelling():
     """Config hashes spell ``_target_`` as before the rooms (issue 19): a class the configs
     may name without an entry in ``HASHED_TARGETS`` would hash under its new path."""
     from stagedspec.app.identity import HASHED_TARGETS
-    from stagedspec.app.plan import ALLOWED_TARGETS
+    from stagedspec.app.validation import ALLOWED_TARGETS
 
     assert set(ALLOWED_TARGETS) == set(HASHED_TARGETS)
 

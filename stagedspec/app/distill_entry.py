@@ -29,7 +29,7 @@ from stagedspec.models.model_loading import load_cached
 from stagedspec.training.corpus import CorpusSpec
 from stagedspec.training.distillation import DistillPlan, TrainConfig, distill
 from .cli import entry_errors
-from .plan import CONF_DIR, ConfigError, instantiate, plain
+from .validation import CONF_DIR, ConfigError, instantiate, plain
 from .tracking import Tracker, context_tags
 
 log = logging.getLogger(__name__)
