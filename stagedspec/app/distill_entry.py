@@ -27,9 +27,9 @@ from omegaconf import DictConfig, OmegaConf
 from stagedspec.tuning.kernel_calibration import kernel_plan
 from stagedspec.models.model_loading import load_cached
 from stagedspec.training.corpus import CorpusSpec
-from stagedspec.training.distillation import DistillPlan, TrainConfig, distill
+from stagedspec.training.distillation import DistillSpec, TrainConfig, distill
 from .cli import entry_errors
-from .plan import CONF_DIR, ConfigError, instantiate, plain
+from .validation import CONF_DIR, ConfigError, instantiate, plain
 from .tracking import Tracker, context_tags
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ KEYS = {"target", "tracking", "experiment_name", "seed", "device", "kernels", "o
         "n_layers", "vocab_size", "heldout", "train"}
 
 
-def distill_plan(cfg: DictConfig) -> tuple[object, DistillPlan]:
+def distill_spec(cfg: DictConfig) -> tuple[object, DistillSpec]:
     """The target's ModelSpec and the checked recipe; nothing is loaded."""
     unknown = sorted(set(cfg) - KEYS - {"hydra"})
     if unknown:
@@ -53,14 +53,14 @@ def distill_plan(cfg: DictConfig) -> tuple[object, DistillPlan]:
         missing = [d for d in designs if d not in n_layers]
         if missing:
             raise ValueError(f"n_layers has no entry for design(s) {missing}; give e.g. n_layers.{missing[0]}=1")
-        plan = DistillPlan(corpus=corpus, designs={d: n_layers[d] for d in designs}, vocab_size=cfg.vocab_size,
-                           heldout=cfg.heldout, train=train)
-        plan.validate()
+        settings = DistillSpec(corpus=corpus, designs={d: n_layers[d] for d in designs}, vocab_size=cfg.vocab_size,
+                               heldout=cfg.heldout, train=train)
+        settings.validate()
     except (TypeError, ValueError, FileNotFoundError) as e:
         raise ConfigError(str(e)) from e
     if cfg.get("kernels", "fast") not in ("fast", "hf"):
         raise ConfigError(f"kernels must be 'fast' or 'hf', got {cfg.get('kernels')!r}")
-    return target, plan
+    return target, settings
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="distill", version_base="1.3")
@@ -71,17 +71,17 @@ def main(cfg: DictConfig) -> None:
 
 def run_distill(cfg: DictConfig) -> None:
     """Build the corpus and train the drafts the config asks for, logging to MLflow."""
-    spec, plan = distill_plan(cfg)
+    spec, settings = distill_spec(cfg)
     tracker = None
     uri = (cfg.get("tracking") or {}).get("uri")
     run_id = None
     if uri:
         tracker = Tracker(uri, cfg.experiment_name, cfg.tracking.get("artifact_location"))
-        run = tracker.client.create_run(tracker.experiment_id, run_name=f"distill V={plan.vocab_size} "
-                                        + " ".join(f"{d}{n}" for d, n in plan.designs.items()), tags=context_tags())
+        run = tracker.client.create_run(tracker.experiment_id, run_name=f"distill V={settings.vocab_size} "
+                                        + " ".join(f"{d}{n}" for d, n in settings.designs.items()), tags=context_tags())
         run_id = run.info.run_id
-        tracker.log(run_id, params={"target": spec.source, "vocab_size": plan.vocab_size,
-                                    "designs": json.dumps(plan.designs), "corpus": json.dumps(plain(cfg.corpus)),
+        tracker.log(run_id, params={"target": spec.source, "vocab_size": settings.vocab_size,
+                                    "designs": json.dumps(settings.designs), "corpus": json.dumps(plain(cfg.corpus)),
                                     "train": json.dumps(plain(cfg.train)), "seed": cfg.seed})
 
     def on_metrics(metrics: dict[str, float], step: int | None) -> None:
@@ -94,7 +94,7 @@ def run_distill(cfg: DictConfig) -> None:
         recipe = {"command": "python -m stagedspec.distill " + " ".join(sys.argv[1:]),
                   "config": OmegaConf.to_container(cfg, resolve=True) if "hydra" not in cfg else
                   {k: plain(cfg[k]) for k in cfg if k != "hydra"}}
-        paths = distill(target, plan, Path(cfg.out_dir), spec.resolved_cache_dir(), on_metrics=on_metrics,
+        paths = distill(target, settings, Path(cfg.out_dir), spec.resolved_cache_dir(), on_metrics=on_metrics,
                         recipe=recipe, kernels=kernel_plan(target, cfg.kernels))
         for name, path in paths.items():
             log.info("%s: %s", name, path)

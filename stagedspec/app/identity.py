@@ -13,7 +13,7 @@ from typing import Any, Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
-from .plan import UNSPLIT, data_path, level_dict, level_slots, plain
+from .validation import UNSPLIT, data_path, level_dict, level_slots, plain
 
 HASH_EXCLUDED_KEYS = ("hydra", "tracking", "experiment_name", "resume")
 """Top-level keys that do not change a job's results: where it is logged, not what it does."""

@@ -217,70 +217,89 @@ class ModelDrafter(Drafter):
     def _grow_from_spine(self, contexts: list[list[int]], spines: "_Spines") -> list[DraftTree]:
         """The tree around the spine, from this model's own preferences; nodes whose
         distribution the inner decoding did not compute are scored by batched forwards."""
-        kv, B = self.kv, len(contexts)
-        spine, origin, spine_slot, known = spines.tokens, spines.origin, spines.slots, spines.known
-        root_slot, drafted, accepted = spines.root_slot, spines.drafted, spines.accepted
-        # a node of the tree being grown is spine token i when its rank path is i + 1 zeros (i < m)
-        spine_of: list[dict[int, int]] = [{-1: -1} for _ in range(B)]
-        slot: list[dict[int, int]] = [{-1: root_slot[b]} for b in range(B)]
-
-        def spine_index(b: int, tree: DraftTree, n: int) -> int | None:
-            if n in spine_of[b]:
-                return spine_of[b][n]
-            par = tree.parents[n]
-            i = spine_index(b, tree, par)
-            on = i is not None and i + 1 < len(spine[b]) and tree.rank[n] == 0 and tree.tokens[n] == spine[b][i + 1]
-            out = i + 1 if on else None
-            spine_of[b][n] = out
-            return out
+        B = len(contexts)
+        on_spine = _SpinePositions(spines.tokens)
+        slot: list[dict[int, int]] = [{-1: spines.root_slot[b]} for b in range(B)]
 
         def expand(nodes: list[tuple[int, int]], trees: list[DraftTree]) -> list[NodeDist | None]:
-            out: list[NodeDist | None] = [None] * len(nodes)
-            P = kv.n_pending
-            toks: list[list[int]] = [[] for _ in range(B)]
-            pars: list[list[int]] = [[] for _ in range(B)]
-            fed: list[tuple[int, int, int]] = []  # (index in nodes, row, node)
-            for j, (b, n) in enumerate(nodes):
-                i = spine_index(b, trees[b], n)
-                if i is not None:
-                    if spine_slot[b][i] is not None:
-                        slot[b][n] = spine_slot[b][i]
-                    if i + 1 < len(known[b]):
-                        out[j] = known[b][i + 1]
-                        continue
-                if n not in slot[b]:
-                    slot[b][n] = P + len(toks[b])
-                    toks[b].append(trees[b].tokens[n])
-                    pars[b].append(slot[b][trees[b].parents[n]])
-                fed.append((j, b, n))
-            if fed:
-                want = [[] for _ in range(B)]
-                for _, b, n in fed:
-                    want[b].append(slot[b][n] - P)
-                logits = kv.extend(toks, pars, want)
-                dists = NodeDist.many(torch.cat(logits), self.sampling)
-                start = [0] * B
-                for b in range(1, B):
-                    start[b] = start[b - 1] + len(logits[b - 1])
-                cursor = [0] * B
-                for j, b, _ in fed:
-                    out[j] = dists[start[b] + cursor[b]]
-                    cursor[b] += 1
-            return out
+            return self._expand_around_spine(nodes, trees, spines, on_spine, slot)
 
-        roots = [known[b][0] for b in range(B)]  # the first inner round ran for every row
+        roots = [spines.known[b][0] for b in range(B)]  # the first inner round ran for every row
         trees = grow_trees(self.tree, self.k, roots, expand, self.sampling, self.generator, self.name,
                            self.stop_below, self.stop_alternatives)
-        for cache in spine_of:  # a dynamic tree was pruned and renumbered: node ids changed
-            cache.clear()
-            cache[-1] = -1
+        on_spine.forget()  # a dynamic tree was pruned and renumbered: node ids changed
         for b, tree in enumerate(trees):
             for n in range(len(tree)):
-                i = spine_index(b, tree, n)
+                i = on_spine.position(b, tree, n)
                 if i is not None:
-                    tree.origin[n] = origin[b][i]
-            tree.drafted, tree.accepted = drafted[b], accepted[b]
+                    tree.origin[n] = spines.origin[b][i]
+            tree.drafted, tree.accepted = spines.drafted[b], spines.accepted[b]
         return trees
+
+    def _expand_around_spine(self, nodes: list[tuple[int, int]], trees: list[DraftTree], spines: "_Spines",
+                             on_spine: "_SpinePositions", slot: list[dict[int, int]]) -> list[NodeDist | None]:
+        """``grow_trees``' expand for ``_grow_from_spine``: what this model knows after each
+        new node. A spine node's is known from the inner decoding where it computed it;
+        every other node is fed (under its parent's pending slot) and scored, all rows in
+        one forward. ``slot[b]`` maps row b's nodes to their pending cache slots."""
+        kv, B = self.kv, len(trees)
+        out: list[NodeDist | None] = [None] * len(nodes)
+        P = kv.n_pending
+        toks: list[list[int]] = [[] for _ in range(B)]
+        pars: list[list[int]] = [[] for _ in range(B)]
+        fed: list[tuple[int, int, int]] = []  # (index in nodes, row, node)
+        for j, (b, n) in enumerate(nodes):
+            i = on_spine.position(b, trees[b], n)
+            if i is not None:
+                if spines.slots[b][i] is not None:
+                    slot[b][n] = spines.slots[b][i]
+                if i + 1 < len(spines.known[b]):
+                    out[j] = spines.known[b][i + 1]
+                    continue
+            if n not in slot[b]:
+                slot[b][n] = P + len(toks[b])
+                toks[b].append(trees[b].tokens[n])
+                pars[b].append(slot[b][trees[b].parents[n]])
+            fed.append((j, b, n))
+        if fed:
+            want = [[] for _ in range(B)]
+            for _, b, n in fed:
+                want[b].append(slot[b][n] - P)
+            logits = kv.extend(toks, pars, want)
+            dists = NodeDist.many(torch.cat(logits), self.sampling)
+            start = [0] * B  # row b's first node in the concatenation
+            for b in range(1, B):
+                start[b] = start[b - 1] + len(logits[b - 1])
+            cursor = [0] * B
+            for j, b, _ in fed:
+                out[j] = dists[start[b] + cursor[b]]
+                cursor[b] += 1
+        return out
+
+
+class _SpinePositions:
+    """Which spine token a node of a tree being grown is, per row: node n is spine token i
+    when its rank path is i + 1 zeros along the spine's own tokens (None: off the spine).
+    Memoised per node id."""
+
+    def __init__(self, spine: list[list[int]]) -> None:
+        self.spine = spine
+        self.known: list[dict[int, int | None]] = [{-1: -1} for _ in spine]
+
+    def position(self, b: int, tree: DraftTree, n: int) -> int | None:
+        if n in self.known[b]:
+            return self.known[b][n]
+        i = self.position(b, tree, tree.parents[n])
+        spine = self.spine[b]
+        on = i is not None and i + 1 < len(spine) and tree.rank[n] == 0 and tree.tokens[n] == spine[i + 1]
+        self.known[b][n] = i + 1 if on else None
+        return self.known[b][n]
+
+    def forget(self) -> None:
+        """Drop the memo (node ids changed), keeping the root's entry."""
+        for cache in self.known:
+            cache.clear()
+            cache[-1] = -1
 
 
 @dataclass

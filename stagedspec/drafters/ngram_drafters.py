@@ -64,7 +64,7 @@ class KatzNgramDrafter(Drafter):
         for b, ctx in enumerate(contexts):
             self._absorb(b, ctx)
 
-    def _q(self, b: int, ctx: list[int]) -> NodeDist | None:
+    def _next_token_dist(self, b: int, ctx: list[int]) -> NodeDist | None:
         """The LM's next-token distribution: its log-probabilities rank the alternatives,
         the processed q (``probabilities_from_probs``'s rule) is what its pick is drawn from.
         None when its likeliest token is below ``min_top`` (nothing drafted from it)."""
@@ -72,7 +72,7 @@ class KatzNgramDrafter(Drafter):
         p = self.lms[b].distribution(ctx).float()
         dist = None
         if self.min_top <= 0.0 or float(p.max()) >= self.min_top:
-            dist = NodeDist.of(torch.log(p.clamp_min(1e-30)), self.sampling)
+            dist = NodeDist.from_scores(torch.log(p.clamp_min(1e-30)), self.sampling)
         self.seconds += time.perf_counter() - t0
         return dist
 
@@ -87,10 +87,10 @@ class KatzNgramDrafter(Drafter):
 
         def expand(nodes, trees):
             self.calls += 1
-            return [self._q(b, contexts[b] + trees[b].path_tokens(n)) for b, n in nodes]
+            return [self._next_token_dist(b, contexts[b] + trees[b].path_tokens(n)) for b, n in nodes]
 
         self.calls += 1
-        roots = [self._q(b, ctx) for b, ctx in enumerate(contexts)]
+        roots = [self._next_token_dist(b, ctx) for b, ctx in enumerate(contexts)]
         return grow_trees(self.tree, self.k, roots, expand, self.sampling, self.generator, self.name)
 
 

@@ -29,7 +29,8 @@ class NodeDist:
     pick: int | None = None
 
     @staticmethod
-    def of(raw: torch.Tensor, sampling: SamplingConfig, pick: int | None = None) -> "NodeDist":
+    def from_scores(raw: torch.Tensor, sampling: SamplingConfig, pick: int | None = None) -> "NodeDist":
+        """One node's, from its raw scores (q processed from them unless greedy)."""
         raw = raw.float()
         return NodeDist(raw=raw, q=None if sampling.greedy else probabilities(raw, sampling), pick=pick)
 

@@ -336,6 +336,24 @@ class KVModel:
             none = torch.empty(0, self.model.config.hidden_size, dtype=self.dtype, device=self.device)
             return empty if hidden is None else (empty, [none for _ in range(B)])
         P = self.n_pending
+        ids, pos = self._add_pending(tokens, parents, n)
+        mask = self._attention_mask(P, n)
+        self.valid = torch.cat([self.valid, torch.zeros(B, n, dtype=torch.bool)], 1)
+        t0 = time.perf_counter()
+        logits, states = self._forward(self._model_inputs(ids, inputs, n), mask, pos, want)
+        self.forward_time += time.perf_counter() - t0
+        self.forward_calls += 1
+        logits = list(logits.cpu().split([len(w) for w in want]))
+        if hidden is None:
+            return logits
+        return logits, [states[b, idx] for b, idx in enumerate(hidden)]
+
+    def _add_pending(self, tokens: list[list[int]], parents: list[list[int]], n: int
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append ``n`` pending slots per row (the row's new nodes, then padding slots that
+        attend only to themselves) with their parents, depths and ancestors; return the
+        token ids ``[B, n]`` and position ids (committed length + depth) to feed."""
+        B, P = self.batch_size, self.n_pending
         anc = torch.zeros(B, P + n, P + n, dtype=torch.bool)
         anc[:, :P, :P] = self.pending_ancestors
         ids = torch.zeros(B, n, dtype=torch.long)
@@ -361,29 +379,39 @@ class KVModel:
                     pos[b, j] = base + d
                 anc[b, s, s] = True
         self.pending_ancestors = anc
-        c = self.n_commit
-        T = self.n_slots
+        return ids, pos
+
+    def _attention_mask(self, P: int, n: int) -> torch.Tensor | None:
+        """The additive mask of the ``n`` slots just added after ``P`` pending ones: each
+        sees its row's committed slots and its own ancestors. None where that is plain
+        causal attention (no holes, no branches, no padding): the model then builds its
+        own mask, which lets SDPA take its faster mask-free kernels."""
+        B, c, T = self.batch_size, self.n_commit, self.n_slots
         allowed = torch.zeros(B, n, T + n, dtype=torch.bool)
         allowed[:, :, :c] = self.valid[:, None, :c]
-        allowed[:, :, c:] = anc[:, P:, :]
+        allowed[:, :, c:] = self.pending_ancestors[:, P:, :]
         if (n == 1 and bool(allowed.all())) or (P == 0 and torch.equal(allowed[:, :, c:], _tril(n, B))
                                          and bool(self.valid[:, :c].all())):
-            # plain causal attention (no holes, no branches, no padding): let the model
-            # build its own mask, which lets SDPA take its faster mask-free kernels
-            mask = None
-        else:
-            # additive float mask: a boolean 4D mask gives wrong logits with eager attention
-            mask = torch.zeros(B, 1, n, T + n, dtype=self.dtype)
-            mask.masked_fill_(~allowed[:, None], torch.finfo(self.dtype).min)
-        self.valid = torch.cat([self.valid, torch.zeros(B, n, dtype=torch.bool)], 1)
-        t0 = time.perf_counter()
+            return None
+        # additive float mask: a boolean 4D mask gives wrong logits with eager attention
+        mask = torch.zeros(B, 1, n, T + n, dtype=self.dtype)
+        mask.masked_fill_(~allowed[:, None], torch.finfo(self.dtype).min)
+        return mask
+
+    def _model_inputs(self, ids: torch.Tensor, inputs: list[torch.Tensor] | None, n: int) -> dict[str, torch.Tensor]:
+        """The decoder's input: the token ids, or ``inputs``' vectors (a feature draft's)."""
         if inputs is None:
-            feed = {"input_ids": ids.to(self.device)}
-        else:
-            embeds = torch.zeros(B, n, inputs[0].shape[-1], dtype=self.dtype, device=self.device)
-            for b, x in enumerate(inputs):
-                embeds[b, : len(x)] = x
-            feed = {"inputs_embeds": embeds}
+            return {"input_ids": ids.to(self.device)}
+        embeds = torch.zeros(self.batch_size, n, inputs[0].shape[-1], dtype=self.dtype, device=self.device)
+        for b, x in enumerate(inputs):
+            embeds[b, : len(x)] = x
+        return {"inputs_embeds": embeds}
+
+    def _forward(self, feed: dict[str, torch.Tensor], mask: torch.Tensor | None, pos: torch.Tensor,
+                 want: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """One decoder forward under the kernel plan; float32 logits at the wanted new
+        nodes (rows concatenated, over the full vocabulary) and every new node's last
+        hidden state."""
         with self.plan.active():
             out = self.decoder(
                 **feed,
@@ -393,7 +421,6 @@ class KVModel:
                 use_cache=True,
             )
             states = out.last_hidden_state
-            counts = [len(w) for w in want]
             rows = torch.tensor([b for b, w in enumerate(want) for _ in w], dtype=torch.long, device=self.device)
             cols = torch.tensor([j for w in want for j in w], dtype=torch.long, device=self.device)
             logits = (self.final_logits(self.head(states[rows, cols])).float() if len(rows)
@@ -404,12 +431,7 @@ class KVModel:
             logits = full
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        self.forward_time += time.perf_counter() - t0
-        self.forward_calls += 1
-        logits = list(logits.cpu().split(counts))
-        if hidden is None:
-            return logits
-        return logits, [states[b, idx] for b, idx in enumerate(hidden)]
+        return logits, states
 
     def extend_chain(self, tails: list[list[int]], want_last: bool = True, inputs: list[torch.Tensor] | None = None,
                      hidden: bool = False):

@@ -244,12 +244,13 @@ def hf_methods(args, hf_model, target_name: str, files: dict[str, Path], eos) ->
     return made, skipped, info
 
 
-def assistant_settings(gc) -> dict:
+def assistant_settings(generation_config) -> dict:
     """Schedule, number of assistant tokens and confidence threshold as HF uses them:
     the assistant's generation config, unset fields from HF's global defaults."""
-    defaults = gc._get_default_generation_params() if hasattr(gc, "_get_default_generation_params") else {}
+    defaults = (generation_config._get_default_generation_params()
+                if hasattr(generation_config, "_get_default_generation_params") else {})
     out = {}
     for k in ("num_assistant_tokens_schedule", "num_assistant_tokens", "assistant_confidence_threshold"):
-        v = getattr(gc, k, None)
+        v = getattr(generation_config, k, None)
         out[k] = v if v is not None else defaults.get(k)
     return out

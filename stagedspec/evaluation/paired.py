@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 from tqdm import tqdm
@@ -85,51 +85,73 @@ def decode_paired(
         decs.append((ar_dec, MethodRun(ar_dec.method)))
     answers = [{i: [] for i in range(len(questions))} for _ in decs]
     total = sum(len(q.turns) for q in questions)
-    truncated = differed = unit = 0
+    truncated = differed = 0
     with tqdm(total=total, desc=method_dec.method, unit="prompt", leave=False) as bar:
-        for turn in range(max(len(q.turns) for q in questions)):
-            by_cat: dict[str, list[int]] = {}
-            for i, q in enumerate(questions):
-                if len(q.turns) > turn:
-                    by_cat.setdefault(q.category, []).append(i)
-            for cat, idx in by_cat.items():
-                for batch in _chunks(idx, batch_size):
-                    prompts = []
-                    for m in range(len(decs)):
-                        ps = []
-                        for i in batch:
-                            q = questions[i]
-                            ids = encode(target, q.turns[turn], list(zip(q.turns[:turn], answers[m][i])))
-                            if len(ids) > max_prompt:  # keep the end: it holds the question
-                                ids, truncated = ids[-max_prompt:], truncated + (m == 0)
-                            ps.append(ids)
-                        prompts.append(ps)
-                    for rep in range(repeats):
-                        # alternate per unit and repeat: with repeats=1 the method does not always go first
-                        order = range(len(decs)) if (rep + unit) % 2 == 0 else reversed(range(len(decs)))
-                        for m in order:
-                            dec, run = decs[m]
-                            torch.manual_seed(seed)
-                            res = dec.generate(prompts[m], max_new_tokens)
-                            run.batches.append(BatchRun(cat, unit, rep, res))
-                            if rep == 0:
-                                for i, prompt, seq in zip(batch, prompts[m], res.sequences):
-                                    text = ids_to_text(target, seq.output_ids)
-                                    answers[m][i].append(text)
-                                    run.records.append(_record(questions[i], turn, run.method, prompt, seq, text))
-                            else:
-                                first = next(b.result for b in run.batches if b.unit == unit and b.repeat == 0)
-                                differed += any(x.output_ids != y.output_ids
-                                                for x, y in zip(first.sequences, res.sequences))
-                            if m == 0 and rep == 0:
-                                after_batch()
-                    unit += 1
-                    bar.update(len(batch))
+        for unit, (turn, cat, batch) in enumerate(_turn_batches(questions, batch_size)):
+            prompts = []
+            for m in range(len(decs)):
+                ps, cut = _batch_prompts(target, [questions[i] for i in batch], turn, [answers[m][i] for i in batch],
+                                         max_prompt)
+                prompts.append(ps)
+                truncated += cut if m == 0 else 0
+            for rep in range(repeats):
+                # alternate per unit and repeat: with repeats=1 the method does not always go first
+                order = range(len(decs)) if (rep + unit) % 2 == 0 else reversed(range(len(decs)))
+                for m in order:
+                    dec, run = decs[m]
+                    torch.manual_seed(seed)
+                    res = dec.generate(prompts[m], max_new_tokens)
+                    run.batches.append(BatchRun(cat, unit, rep, res))
+                    if rep == 0:
+                        _file_answers(run, res, target, questions, batch, turn, prompts[m], answers[m])
+                    else:
+                        first = next(b.result for b in run.batches if b.unit == unit and b.repeat == 0)
+                        differed += any(x.output_ids != y.output_ids for x, y in zip(first.sequences, res.sequences))
+                    if m == 0 and rep == 0:
+                        after_batch()
+            bar.update(len(batch))
     if truncated:
         log.warning("%d prompt(s) longer than %d tokens were cut to their last %d", truncated, max_prompt, max_prompt)
     if differed:
         log.warning("%d repeated batch(es) decoded to other tokens than their first repeat", differed)
     return decs[0][1], (decs[1][1] if len(decs) > 1 else None)
+
+
+def _turn_batches(questions: list[Question], batch_size: int) -> Iterator[tuple[int, str, list[int]]]:
+    """(turn, category, question indices) of each batch: every question's first turn before
+    any second turn, one category per batch, at most ``batch_size`` questions."""
+    for turn in range(max(len(q.turns) for q in questions)):
+        by_cat: dict[str, list[int]] = {}
+        for i, q in enumerate(questions):
+            if len(q.turns) > turn:
+                by_cat.setdefault(q.category, []).append(i)
+        for cat, idx in by_cat.items():
+            for batch in _chunks(idx, batch_size):
+                yield turn, cat, batch
+
+
+def _batch_prompts(target: LoadedModel, questions: list[Question], turn: int, answers: list[list[str]],
+                   max_prompt: int) -> tuple[list[list[int]], int]:
+    """Each question's prompt ids at ``turn``, with the earlier turns and one decoder's own
+    ``answers`` to them as chat history, cut to their last ``max_prompt`` tokens; and how
+    many were cut."""
+    prompts, cut = [], 0
+    for q, earlier in zip(questions, answers):
+        ids = encode(target, q.turns[turn], list(zip(q.turns[:turn], earlier)))
+        if len(ids) > max_prompt:  # keep the end: it holds the question
+            ids, cut = ids[-max_prompt:], cut + 1
+        prompts.append(ids)
+    return prompts, cut
+
+
+def _file_answers(run: MethodRun, res: GenerationResult, target: LoadedModel, questions: list[Question],
+                  batch: list[int], turn: int, prompts: list[list[int]], answers: dict[int, list[str]]) -> None:
+    """A first repeat's outputs: each becomes its question's answer (the history of its
+    next turn) and a record of ``run``."""
+    for i, prompt, seq in zip(batch, prompts, res.sequences):
+        text = ids_to_text(target, seq.output_ids)
+        answers[i].append(text)
+        run.records.append(_record(questions[i], turn, run.method, prompt, seq, text))
 
 
 def _record(q: Question, turn: int, method: str, prompt: list[int], seq: SequenceResult, text: str) -> dict:

@@ -82,13 +82,14 @@ def rate_interval(units: list[list[tuple[float, float]]]) -> Interval | None:
     return ratio_interval(units, (1, -1))
 
 
-def interval_metrics(name: str, iv: Interval | None) -> dict[str, float]:
+def interval_metrics(name: str, interval: Interval | None) -> dict[str, float]:
     """``<name>_ci_low``, ``<name>_ci_high`` (``speedup/qa`` -> ``speedup_ci_low/qa``), and
     what the interval is over: ``<name>_ci_n`` units, ``<name>_ci_over_prompts`` 1 when
     they are prompts (timing and content), 0 when they are repeats of one prompt (timing
     noise only: a narrower interval that says nothing about other prompts)."""
-    if iv is None:
+    if interval is None:
         return {}
     head, sep, tail = name.partition("/")
-    return {f"{head}_ci_low{sep}{tail}": iv.low, f"{head}_ci_high{sep}{tail}": iv.high,
-            f"{head}_ci_n{sep}{tail}": float(iv.n), f"{head}_ci_over_prompts{sep}{tail}": float(iv.basis == "prompts")}
+    return {f"{head}_ci_low{sep}{tail}": interval.low, f"{head}_ci_high{sep}{tail}": interval.high,
+            f"{head}_ci_n{sep}{tail}": float(interval.n),
+            f"{head}_ci_over_prompts{sep}{tail}": float(interval.basis == "prompts")}

@@ -223,34 +223,57 @@ class GenerationResult:
         return out
 
 
+@dataclass
+class _Totals:
+    """``summarize``'s counts, summed over sequences and their rounds."""
+
+    drafted: Counter[str] = field(default_factory=Counter)
+    accepted: Counter[str] = field(default_factory=Counter)
+    provenance: Counter[str] = field(default_factory=Counter)
+    emitted: int = 0
+    positions: int = 0
+    padding: int = 0
+    nodes: int = 0
+    rounds: int = 0
+    depth: int = 0
+    """Draft tokens the target accepted, summed over rounds."""
+    rejections: int = 0
+    depths: Counter[int] = field(default_factory=Counter)
+    """Rounds per draft depth."""
+    reached: list[int] = field(default_factory=list)
+    """Index i: rounds that tested a draft token at depth i + 1."""
+    accepted_at: list[int] = field(default_factory=list)
+    """Index i: rounds that accepted a draft token at depth i + 1."""
+
+    @classmethod
+    def count(cls, sequences: list[SequenceResult]) -> "_Totals":
+        t = cls()
+        for s in sequences:
+            t.provenance.update(s.provenance)
+            for r in s.rounds:
+                t.drafted.update(r.drafted)
+                t.accepted.update(r.accepted)
+                t.emitted += r.emitted
+                t.positions += r.target_positions
+                t.padding += r.padding_positions
+                t.nodes += r.tree_nodes
+                t.depth += r.accepted_depth
+                t.rejections += int(r.rejected)
+                t.depths[r.draft_depth] += 1
+                t.rounds += 1
+            for i, (n_reached, n_acc) in enumerate(zip(s.position_reached, s.position_accepted)):
+                if i >= len(t.reached):
+                    t.reached.append(0)
+                    t.accepted_at.append(0)
+                t.reached[i] += n_reached
+                t.accepted_at[i] += n_acc
+        return t
+
+
 def summarize(sequences: list[SequenceResult]) -> dict[str, float]:
     """Aggregate metrics over sequences (counts are summed, then divided)."""
-    drafted: Counter[str] = Counter()
-    accepted: Counter[str] = Counter()
-    prov: Counter[str] = Counter()
-    emitted = positions = padding = nodes = rounds = depth = rejections = 0
-    depths: Counter[int] = Counter()
-    reached: list[int] = []
-    acc_pos: list[int] = []
-    for s in sequences:
-        prov.update(s.provenance)
-        for r in s.rounds:
-            drafted.update(r.drafted)
-            accepted.update(r.accepted)
-            emitted += r.emitted
-            positions += r.target_positions
-            padding += r.padding_positions
-            nodes += r.tree_nodes
-            depth += r.accepted_depth
-            rejections += int(r.rejected)
-            depths[r.draft_depth] += 1
-            rounds += 1
-        for i, (n_reached, n_acc) in enumerate(zip(s.position_reached, s.position_accepted)):
-            if i >= len(reached):
-                reached.append(0)
-                acc_pos.append(0)
-            reached[i] += n_reached
-            acc_pos[i] += n_acc
+    t = _Totals.count(sequences)
+    rounds, emitted, positions, depth = t.rounds, t.emitted, t.positions, t.depth
     acceptance_length = 1.0 + depth / rounds if rounds else 0.0
     out: dict[str, float] = {
         "rounds": float(rounds),
@@ -260,13 +283,31 @@ def summarize(sequences: list[SequenceResult]) -> dict[str, float]:
         "mean_accepted_tokens_per_call": acceptance_length,
         "mean_emitted_tokens_per_call": emitted / rounds if rounds else 0.0,
         "system_efficiency": emitted / positions if positions else 0.0,
-        "tree_nodes_per_call": nodes / rounds if rounds else 0.0,
+        "tree_nodes_per_call": t.nodes / rounds if rounds else 0.0,
         "accepted_depth_per_call": depth / rounds if rounds else 0.0,
         "wasted_target_fraction": (positions - emitted) / positions if positions else 0.0,
-        "padding_fraction": padding / (positions + padding) if positions + padding else 0.0,
+        "padding_fraction": t.padding / (positions + t.padding) if positions + t.padding else 0.0,
     }
-    for level in drafted:
-        d, a = drafted[level], accepted[level]
+    out |= _level_metrics(t, sequences)
+    if depth + t.rejections:
+        alpha = depth / (depth + t.rejections)
+        out["alpha_hat"] = alpha
+        out["rejections"] = float(t.rejections)
+        out["iid_tokens_per_call"] = sum(n * geometric_tokens(alpha, d) for d, n in t.depths.items()) / rounds
+    for i, (n_reached, n_acc) in enumerate(zip(t.reached, t.accepted_at)):
+        out[f"position_acceptance/{i + 1}"] = n_acc / n_reached if n_reached else 0.0
+    total_prov = sum(t.provenance.values())
+    for level, n in t.provenance.items():
+        out[f"provenance/{level}"] = n / total_prov if total_prov else 0.0
+    return out
+
+
+def _level_metrics(t: _Totals, sequences: list[SequenceResult]) -> dict[str, float]:
+    """Per draft level: tokens drafted and accepted, their rate and the wasted share; and
+    ``acceptance_rate``, the rate of the level right below the target."""
+    out: dict[str, float] = {}
+    for level in t.drafted:
+        d, a = t.drafted[level], t.accepted[level]
         out[f"drafted/{level}"] = float(d)
         out[f"accepted/{level}"] = float(a)
         out[f"acceptance_rate/{level}"] = a / d if d else 0.0
@@ -274,16 +315,6 @@ def summarize(sequences: list[SequenceResult]) -> dict[str, float]:
     # the level right below the target is the one whose drafts the target saw
     top = next((s.draft_level for s in sequences if s.draft_level), None)
     if top is not None:
-        d, a = drafted[top], accepted[top]
+        d, a = t.drafted[top], t.accepted[top]
         out["acceptance_rate"] = a / d if d else 0.0
-    if depth + rejections:
-        alpha = depth / (depth + rejections)
-        out["alpha_hat"] = alpha
-        out["rejections"] = float(rejections)
-        out["iid_tokens_per_call"] = sum(n * geometric_tokens(alpha, d) for d, n in depths.items()) / rounds
-    for i, (n_reached, n_acc) in enumerate(zip(reached, acc_pos)):
-        out[f"position_acceptance/{i + 1}"] = n_acc / n_reached if n_reached else 0.0
-    total_prov = sum(prov.values())
-    for level, n in prov.items():
-        out[f"provenance/{level}"] = n / total_prov if total_prov else 0.0
     return out

@@ -9,12 +9,8 @@ kernel keeps the scale and offset in the activations' dtype, so they are rounded
 The weights the target computes with are then ``(q - 8) * scale + offset`` with that
 rounded scale and offset, and the module's dense copy (which more rows multiply by) is
 overwritten with exactly that weight in the model's dtype, so that every row count computes
-with one set of weights. (Left as the GGUF's own values rounded to bfloat16, the dense copy
-differed from the kernel's weights by the scales' rounding, which is correlated over each
-group of 32: on a tiny bfloat16 model the T = 0.7 distribution of a position computed through
-1 row (4-bit) and through 8 rows (dense) differed by up to 5.6% in total variation, against
-1.6% for Hugging Face's own path through 1 and 8 rows; with one set of weights, 2.0%.)
-Q4_1 (SmolLM2's file) has the same form with one group per block, and its scale and minimum
+with one set of weights (the measurement behind this: docs/results-history.md, "Measurements
+formerly in module docstrings"). Q4_1 (SmolLM2's file) has the same form with one group per block, and its scale and minimum
 are float16 values themselves.
 
 Tensors in other formats (Q6_K: the 1.5B's ``ffn_down``, ``attn_v`` and output head; Q5_0,

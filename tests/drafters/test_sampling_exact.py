@@ -230,10 +230,10 @@ def _alternatives_carry_q(monkeypatch):
 def _gate_reads_the_drawn_pick(monkeypatch):
     """The n-gram's gate draws its pick first and drafts only when the drawn token is
     likely (q >= min_top): what it offers is then no longer a draw from the q it reports."""
-    mutate(monkeypatch, [], ngram_drafters.KatzNgramDrafter, "_q", [(
+    mutate(monkeypatch, [], ngram_drafters.KatzNgramDrafter, "_next_token_dist", [(
         "    if self.min_top <= 0.0 or float(p.max()) >= self.min_top:\n"
-        "        dist = NodeDist.of(torch.log(p.clamp_min(1e-30)), self.sampling)\n",
-        "    dist = NodeDist.of(torch.log(p.clamp_min(1e-30)), self.sampling)\n"
+        "        dist = NodeDist.from_scores(torch.log(p.clamp_min(1e-30)), self.sampling)\n",
+        "    dist = NodeDist.from_scores(torch.log(p.clamp_min(1e-30)), self.sampling)\n"
         "    x = int(torch.multinomial(dist.q, 1, generator=self.generator).item())\n"
         "    dist = NodeDist(dist.raw, dist.q, pick=x) if float(dist.q[x]) >= self.min_top else None\n",
     )])

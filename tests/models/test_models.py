@@ -9,12 +9,12 @@ import torch
 
 from stagedspec.models import model_loading as models
 from stagedspec.models.chat_text import encode_prompt
+from stagedspec.models.gguf_cache import save_cache_atomically
 from stagedspec.models.model_loading import (
     LoadedModel,
     ModelSpec,
     check_compatible,
     load_model,
-    save_cache_atomically,
     truncated_copy,
 )
 

@@ -247,16 +247,16 @@ def test_recipe_short_run_on_the_embedded_target(embedded_model, tmp_path):
     """The shipped drafts' recipe (``distillation.distill``, what ``python -m
     stagedspec.distill`` runs), cut to a few prompts and steps: it trains from scratch,
     beats the untrained draft on held-out answers, and writes files the level loads."""
-    from stagedspec.training.distillation import DistillPlan, distill
+    from stagedspec.training.distillation import DistillSpec, distill
     from stagedspec.training.corpus import CorpusSpec, corpus_dir
     from stagedspec.drafters.hierarchy import NgramLevel, TrainedLevel
 
     seen: dict[str, float] = {}
     # 32 answers of 40 tokens, 8 held out (~300 held-out tokens: one agreement step is 0.3%)
-    plan = DistillPlan(corpus=CorpusSpec(prompts=32, temperatures=(0.0,), max_new_tokens=40, batch_size=16),
+    spec = DistillSpec(corpus=CorpusSpec(prompts=32, temperatures=(0.0,), max_new_tokens=40, batch_size=16),
                        designs={"feature": 1}, vocab_size=2048, heldout=0.25,
                        train=TrainConfig(epochs=12, batch_tokens=1024, lr=2e-3, warmup_steps=4))
-    paths = distill(embedded_model, plan, tmp_path / "out", tmp_path / "cache",
+    paths = distill(embedded_model, spec, tmp_path / "out", tmp_path / "cache",
                     on_metrics=lambda m, step: seen.update(m) if step is None else None)
     assert seen["feature/heldout_agreement"] > seen["feature/heldout_agreement_untrained"] + 0.05, seen
     meta = read_meta(paths["feature"])
@@ -269,8 +269,8 @@ def test_recipe_short_run_on_the_embedded_target(embedded_model, tmp_path):
     assert prov["transformers"] == transformers.__version__ and prov["threads"] == torch.get_num_threads()
     assert prov["kernels"] == "hf" and prov["dtype"] == "float32" and "optimistic" in prov["selection"]
     assert prov["commit"] is None or len(prov["commit"]) == 40
-    assert prov["corpus_dir"] == corpus_dir(tmp_path / "cache", embedded_model.name, plan.corpus).name
-    assert corpus_dir(tmp_path, "t", plan.corpus, "fast") != corpus_dir(tmp_path, "t", plan.corpus, "hf")
+    assert prov["corpus_dir"] == corpus_dir(tmp_path / "cache", embedded_model.name, spec.corpus).name
+    assert corpus_dir(tmp_path, "t", spec.corpus, "fast") != corpus_dir(tmp_path, "t", spec.corpus, "hf")
     drafter = TrainedLevel(weights=str(paths["feature"]), k=3).build(None, embedded_model, None)
     ngram = NgramLevel(corpus=str(paths["ngram"])).build(None, embedded_model, None)
     assert drafter.wants_features and ngram.base.num_tokens > 100
