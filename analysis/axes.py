@@ -24,8 +24,14 @@ DERIVED = ("method", "temperature", "batch_size", "tree")
 """``configs``'s short columns; the params they are read from are left out of a run's
 configuration (they would repeat them, and a repeat of the varied setting would split
 every line)."""
-REPEATED = ("params.method", "params.draft_k", "params.temperature", "params.sampling.temperature",
-            "params.batch_size", "params.tree")
+REPEATED = (
+    "params.method",
+    "params.draft_k",
+    "params.temperature",
+    "params.sampling.temperature",
+    "params.batch_size",
+    "params.tree",
+)
 OUTCOMES = ("params.prediction.calibration", "params.tree_auto.")
 """Params a job logs about what it found, not what it was asked (the calibration prompts,
 whose number follows the batch size; the tree ``tree=auto`` chose): not configuration."""
@@ -53,8 +59,11 @@ def level_ks(d: pd.DataFrame) -> pd.DataFrame:
 def config_columns(d: pd.DataFrame) -> list[str]:
     """The columns that say what a run is (see the module's docstring)."""
     ks = [c for c in d.columns if c.startswith("k/")]
-    params = [c for c in d.columns if c.startswith("params.") and c not in REPEATED and not K_PARAM.match(c)
-              and not c.startswith(OUTCOMES)]
+    params = [
+        c
+        for c in d.columns
+        if c.startswith("params.") and c not in REPEATED and not K_PARAM.match(c) and not c.startswith(OUTCOMES)
+    ]
     return [c for c in DERIVED if c in d.columns] + ks + params
 
 
@@ -139,13 +148,18 @@ def k_axes(d: pd.DataFrame) -> pd.DataFrame:
                 on = lines_along(g, f"k/{level}", f"k of level '{level}'")
             except FigureSkipped:
                 continue
-            held = on.apply(lambda r, lv=level: ", ".join(
-                f"k({o})={fmt(r[f'k/{o}'])}" for o in levels_of(method) if o != lv), axis=1)
+            held = on.apply(
+                lambda r, lv=level: ", ".join(f"k({o})={fmt(r[f'k/{o}'])}" for o in levels_of(method) if o != lv),
+                axis=1,
+            )
             parts.append(on.assign(axis_level=level, k=on[f"k/{level}"], held=held))
     if parts:
         return pd.concat(parts, ignore_index=True)
-    fixed = [f"{m}: " + ", ".join(f"{lv} {'/'.join(fmt(k) for k in sorted(g[f'k/{lv}'].dropna().unique()))}"
-                                  for lv in levels_of(m)) for m, g in d.groupby("method", sort=True)]
+    fixed = [
+        f"{m}: "
+        + ", ".join(f"{lv} {'/'.join(fmt(k) for k in sorted(g[f'k/{lv}'].dropna().unique()))}" for lv in levels_of(m))
+        for m, g in d.groupby("method", sort=True)
+    ]
     if all(g[f"k/{lv}"].nunique() <= 1 for m, g in d.groupby("method") for lv in levels_of(m)):
         raise FigureSkipped(f"each method ran at one k per draft level ({'; '.join(fixed)}): no k axis to draw")
     raise FigureSkipped(f"no two runs of one method differ only in one level's k ({'; '.join(fixed)})")

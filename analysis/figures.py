@@ -78,14 +78,27 @@ def _on_k_axes(runs: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
 def _k_rows(d: pd.DataFrame, parts: Callable[[dict], list[tuple[str, str]]], column_name: str) -> pd.DataFrame:
     """Long format: per run on a k axis, one row per (series value, logged metric) of
     ``parts(run)``, with ``metric`` and ``value`` (the logged number, NaN rows dropped)."""
-    rows = [{**{c: r[c] for c in K_ROW}, column_name: part, "metric": name, "value": metric(r, name)}
-            for r in d.to_dict("records") for part, name in parts(r)]
+    rows = [
+        {**{c: r[c] for c in K_ROW}, column_name: part, "metric": name, "value": metric(r, name)}
+        for r in d.to_dict("records")
+        for part, name in parts(r)
+    ]
     data = pd.DataFrame(rows)
     return data if data.empty else data.dropna(subset=["value"]).reset_index(drop=True)
 
 
-def _k_panels(data: pd.DataFrame, y: str, series: str, path, notes: list[str], *, ylabel: str, title: str,
-              ylim: tuple[float, float] | None = None, more=None) -> pd.DataFrame:
+def _k_panels(
+    data: pd.DataFrame,
+    y: str,
+    series: str,
+    path,
+    notes: list[str],
+    *,
+    ylabel: str,
+    title: str,
+    ylim: tuple[float, float] | None = None,
+    more=None,
+) -> pd.DataFrame:
     """One panel per method and varied level, ``y`` against that level's k (the level
     named on the x axis; the method, and the other levels' k where one line holds them, in
     the panel's title): a colour per ``series`` value, a line style per line of runs where
@@ -131,9 +144,16 @@ def fig_acceptance_vs_k(runs: pd.DataFrame, path) -> pd.DataFrame:
     data = _k_rows(d, parts, "level")
     if data.empty:
         raise FigureSkipped("no run on a k axis logged acceptance_rate metrics")
-    return _k_panels(data, "value", "level", path, notes, ylim=(0, 1.02),
-                     ylabel="acceptance rate (accepted / drafted)",
-                     title="Acceptance rate of each draft level vs one level's k")
+    return _k_panels(
+        data,
+        "value",
+        "level",
+        path,
+        notes,
+        ylim=(0, 1.02),
+        ylabel="acceptance rate (accepted / drafted)",
+        title="Acceptance rate of each draft level vs one level's k",
+    )
 
 
 def fig_tokens_per_call_vs_k(runs: pd.DataFrame, path) -> pd.DataFrame:
@@ -145,11 +165,17 @@ def fig_tokens_per_call_vs_k(runs: pd.DataFrame, path) -> pd.DataFrame:
     formula it makes the theory fall with k by construction.)"""
     notes: list[str] = []
     d = _on_k_axes(runs, notes)
-    data = d[list(K_ROW)].assign(
-        tree=d["tree"], alpha_hat=column(d, "metrics.alpha_hat"),
-        mean_acceptance_length=column(d, "metrics.mean_acceptance_length"),
-        iid_tokens_per_call=column(d, "metrics.iid_tokens_per_call"),
-    ).dropna(subset=["alpha_hat", "mean_acceptance_length"]).reset_index(drop=True)
+    data = (
+        d[list(K_ROW)]
+        .assign(
+            tree=d["tree"],
+            alpha_hat=column(d, "metrics.alpha_hat"),
+            mean_acceptance_length=column(d, "metrics.mean_acceptance_length"),
+            iid_tokens_per_call=column(d, "metrics.iid_tokens_per_call"),
+        )
+        .dropna(subset=["alpha_hat", "mean_acceptance_length"])
+        .reset_index(drop=True)
+    )
     if data.empty:
         raise FigureSkipped("no run on a k axis logged both alpha_hat and mean_acceptance_length")
     at_k = expected_tokens_per_call(data["alpha_hat"].to_numpy(), data["draft_k"].to_numpy())
@@ -161,13 +187,31 @@ def fig_tokens_per_call_vs_k(runs: pd.DataFrame, path) -> pd.DataFrame:
     notes.append(f"Measured vs theory: median {gap.abs().median():.1%}, worst {gap.abs().max():.1%} off.")
 
     def theory(ax, g: pd.DataFrame, colours: dict) -> list:
-        lines(ax, g, "k", "theoretical_tokens_per_call", ["line"], colours=colours, labelled=False,
-              name="theory: ", ls="--", marker="x", alpha=0.8)
+        lines(
+            ax,
+            g,
+            "k",
+            "theoretical_tokens_per_call",
+            ["line"],
+            colours=colours,
+            labelled=False,
+            name="theory: ",
+            ls="--",
+            marker="x",
+            alpha=0.8,
+        )
         return [Line2D([], [], color="grey", ls="--", marker="x", label="theory 1+α̂+…+α̂^d")]
 
-    return _k_panels(data, "mean_acceptance_length", "line", path, notes, more=theory,
-                     ylabel="tokens per target call (1 + accepted / drafts)",
-                     title="Tokens per target call: measured (solid) vs i.i.d. theory at α̂ (dashed)")
+    return _k_panels(
+        data,
+        "mean_acceptance_length",
+        "line",
+        path,
+        notes,
+        more=theory,
+        ylabel="tokens per target call (1 + accepted / drafts)",
+        title="Tokens per target call: measured (solid) vs i.i.d. theory at α̂ (dashed)",
+    )
 
 
 def prediction_errors(d: pd.DataFrame) -> pd.Series:
@@ -182,21 +226,36 @@ def fig_speedup_vs_predicted(runs: pd.DataFrame, path) -> pd.DataFrame:
     calibration's round yields, its round time and plain decoding's time per token."""
     notes: list[str] = []
     d = speculative(runs)
-    data = pd.DataFrame({
-        "run_id": d["run_id"], "method": d["method"], "draft_k": d["draft_k"], "temperature": d["temperature"],
-        "batch_size": d["batch_size"], "predicted_speedup": column(d, "metrics.predicted_speedup"),
-        "speedup": column(d, "metrics.speedup"), "speedup_ci_low": column(d, "metrics.speedup_ci_low"),
-        "speedup_ci_high": column(d, "metrics.speedup_ci_high"),
-    }).dropna(subset=["predicted_speedup", "speedup"]).reset_index(drop=True)
+    data = (
+        pd.DataFrame(
+            {
+                "run_id": d["run_id"],
+                "method": d["method"],
+                "draft_k": d["draft_k"],
+                "temperature": d["temperature"],
+                "batch_size": d["batch_size"],
+                "predicted_speedup": column(d, "metrics.predicted_speedup"),
+                "speedup": column(d, "metrics.speedup"),
+                "speedup_ci_low": column(d, "metrics.speedup_ci_low"),
+                "speedup_ci_high": column(d, "metrics.speedup_ci_high"),
+            }
+        )
+        .dropna(subset=["predicted_speedup", "speedup"])
+        .reset_index(drop=True)
+    )
     if data.empty:
         raise FigureSkipped("no speculative run logged predicted_speedup and speedup together")
     data["error"] = data["predicted_speedup"] / data["speedup"] - 1
     worst = data.loc[data["error"].abs().idxmax()]
-    notes.append(f"Prediction error |predicted / measured - 1|: median {data['error'].abs().median():.1%}, worst "
-                 f"{abs(worst['error']):.1%} ({worst['method']} k={fmt(worst['draft_k'])} "
-                 f"T={fmt(worst['temperature'])}, run {worst['run_id'][:8]}).")
-    notes.append("Measured in the run: time per round by part, prefill, the baseline's rate. Predicted: tokens per "
-                 "call from α̂ and the draft depth, hence rounds, wall time and speedup.")
+    notes.append(
+        f"Prediction error |predicted / measured - 1|: median {data['error'].abs().median():.1%}, worst "
+        f"{abs(worst['error']):.1%} ({worst['method']} k={fmt(worst['draft_k'])} "
+        f"T={fmt(worst['temperature'])}, run {worst['run_id'][:8]})."
+    )
+    notes.append(
+        "Measured in the run: time per round by part, prefill, the baseline's rate. Predicted: tokens per "
+        "call from α̂ and the draft depth, hence rounds, wall time and speedup."
+    )
 
     fig, (ax,) = new_figure()
     by = varying(data, ["method", "batch_size"])
@@ -207,10 +266,16 @@ def fig_speedup_vs_predicted(runs: pd.DataFrame, path) -> pd.DataFrame:
     hi = max(data["predicted_speedup"].max(), data["speedup"].max())
     pad = 0.05 * (hi - lo or 1.0)
     ax.plot([lo - pad, hi + pad], [lo - pad, hi + pad], ls="--", color="grey", lw=1, label="y = x")
-    return finish(fig, ax, data, notes, path, xlabel="predicted speedup over AR (×)",
-                  ylabel="measured speedup over AR (×), 95% CI",
-                  title=f"Predicted vs measured speedup: median error {data['error'].abs().median():.0%}")
-
+    return finish(
+        fig,
+        ax,
+        data,
+        notes,
+        path,
+        xlabel="predicted speedup over AR (×)",
+        ylabel="measured speedup over AR (×), 95% CI",
+        title=f"Predicted vs measured speedup: median error {data['error'].abs().median():.0%}",
+    )
 
 
 def fig_wasted_vs_k(runs: pd.DataFrame, path) -> pd.DataFrame:
@@ -220,13 +285,26 @@ def fig_wasted_vs_k(runs: pd.DataFrame, path) -> pd.DataFrame:
     that were thrown away (``wasted_target_fraction``)."""
     notes: list[str] = []
     d = _on_k_axes(runs, notes)
-    data = _k_rows(d, lambda r: [(lv, f"wasted_draft_fraction/{lv}") for lv in levels_of(r["method"])]
-                   + [(TARGET, "wasted_target_fraction")], "wasted")
+    data = _k_rows(
+        d,
+        lambda r: (
+            [(lv, f"wasted_draft_fraction/{lv}") for lv in levels_of(r["method"])]
+            + [(TARGET, "wasted_target_fraction")]
+        ),
+        "wasted",
+    )
     if data.empty:
         raise FigureSkipped("no run on a k axis logged wasted_draft_fraction/<level> or wasted_target_fraction")
-    return _k_panels(data, "value", "wasted", path, notes, ylim=(0, 1.02),
-                     ylabel="share of the work discarded",
-                     title="Discarded drafts (per level) and target positions vs one level's k")
+    return _k_panels(
+        data,
+        "value",
+        "wasted",
+        path,
+        notes,
+        ylim=(0, 1.02),
+        ylabel="share of the work discarded",
+        title="Discarded drafts (per level) and target positions vs one level's k",
+    )
 
 
 def wasted_time(r: dict, part: str) -> dict:
@@ -243,9 +321,16 @@ def wasted_time(r: dict, part: str) -> dict:
         names = (f"round_draft_forward_s/{part}", "batch_rounds", f"wasted_draft_fraction/{part}")
     seconds, units, share = (metric(r, n) for n in names)
     emitted = metric(r, "emitted")
-    return {"seconds_metric": names[0], "seconds": seconds, "units_metric": names[1], "units": units,
-            "share_metric": names[2], "share": share, "emitted": emitted,
-            "wasted_ms_per_token": 1000 * seconds * units * share / emitted if emitted > 0 else np.nan}
+    return {
+        "seconds_metric": names[0],
+        "seconds": seconds,
+        "units_metric": names[1],
+        "units": units,
+        "share_metric": names[2],
+        "share": share,
+        "emitted": emitted,
+        "wasted_ms_per_token": 1000 * seconds * units * share / emitted if emitted > 0 else np.nan,
+    }
 
 
 def fig_wasted_time_vs_k(runs: pd.DataFrame, path) -> pd.DataFrame:
@@ -255,37 +340,61 @@ def fig_wasted_time_vs_k(runs: pd.DataFrame, path) -> pd.DataFrame:
     logged share discarded)."""
     notes: list[str] = []
     d = _on_k_axes(runs, notes)
-    rows = [{**{c: r[c] for c in K_ROW}, "wasted": part, **wasted_time(r, part)}
-            for r in d.to_dict("records") for part in [*levels_of(r["method"]), TARGET]]
+    rows = [
+        {**{c: r[c] for c in K_ROW}, "wasted": part, **wasted_time(r, part)}
+        for r in d.to_dict("records")
+        for part in [*levels_of(r["method"]), TARGET]
+    ]
     data = pd.DataFrame(rows)
     if data.empty or data["wasted_ms_per_token"].isna().all():
-        raise FigureSkipped("no run on a k axis logged the seconds, counts and emitted tokens a time needs "
-                            "(round_draft_forward_s/<level>, batch_rounds, target_call_s, target_calls, emitted)")
+        raise FigureSkipped(
+            "no run on a k axis logged the seconds, counts and emitted tokens a time needs "
+            "(round_draft_forward_s/<level>, batch_rounds, target_call_s, target_calls, emitted)"
+        )
     data = data.dropna(subset=["wasted_ms_per_token"]).reset_index(drop=True)
-    notes.append("Derived, not logged: a level's forward seconds per batch round × batch rounds × its share of "
-                 "drafts discarded, and the target's seconds per forward × forwards × its share of scored positions "
-                 "discarded, per emitted token. Each drafted token (scored position) is charged an equal share of "
-                 "its forwards; on a CPU a forward's cost grows less than linearly with the positions it scores, so "
-                 "the target's part overstates what scoring fewer positions would save.")
-    return _k_panels(data, "wasted_ms_per_token", "wasted", path, notes,
-                     ylabel="ms per emitted token on discarded work",
-                     title="Discarded work in time (derived) vs one level's k")
+    notes.append(
+        "Derived, not logged: a level's forward seconds per batch round × batch rounds × its share of "
+        "drafts discarded, and the target's seconds per forward × forwards × its share of scored positions "
+        "discarded, per emitted token. Each drafted token (scored position) is charged an equal share of "
+        "its forwards; on a CPU a forward's cost grows less than linearly with the positions it scores, so "
+        "the target's part overstates what scoring fewer positions would save."
+    )
+    return _k_panels(
+        data,
+        "wasted_ms_per_token",
+        "wasted",
+        path,
+        notes,
+        ylabel="ms per emitted token on discarded work",
+        title="Discarded work in time (derived) vs one level's k",
+    )
 
 
 def _speedup_table(d: pd.DataFrame) -> pd.DataFrame:
-    return pd.DataFrame({
-        "run_id": d["run_id"], "method": d["method"], "draft_k": d["draft_k"],
-        "temperature": d["temperature"], "batch_size": d["batch_size"], "tree": d["tree"],
-        "line": column(d, "line", default=""),
-        "speedup": column(d, "metrics.speedup"),
-        "speedup_ci_low": column(d, "metrics.speedup_ci_low"), "speedup_ci_high": column(d, "metrics.speedup_ci_high"),
-        "tokens_per_s": column(d, "metrics.tokens_per_s"),
-        "tokens_per_s_ci_low": column(d, "metrics.tokens_per_s_ci_low"),
-        "tokens_per_s_ci_high": column(d, "metrics.tokens_per_s_ci_high"),
-        "ar_tokens_per_s": column(d, "metrics.ar_tokens_per_s"),
-        "ar_tokens_per_s_ci_low": column(d, "metrics.ar_tokens_per_s_ci_low"),
-        "ar_tokens_per_s_ci_high": column(d, "metrics.ar_tokens_per_s_ci_high"),
-    }).dropna(subset=["speedup"]).reset_index(drop=True)
+    return (
+        pd.DataFrame(
+            {
+                "run_id": d["run_id"],
+                "method": d["method"],
+                "draft_k": d["draft_k"],
+                "temperature": d["temperature"],
+                "batch_size": d["batch_size"],
+                "tree": d["tree"],
+                "line": column(d, "line", default=""),
+                "speedup": column(d, "metrics.speedup"),
+                "speedup_ci_low": column(d, "metrics.speedup_ci_low"),
+                "speedup_ci_high": column(d, "metrics.speedup_ci_high"),
+                "tokens_per_s": column(d, "metrics.tokens_per_s"),
+                "tokens_per_s_ci_low": column(d, "metrics.tokens_per_s_ci_low"),
+                "tokens_per_s_ci_high": column(d, "metrics.tokens_per_s_ci_high"),
+                "ar_tokens_per_s": column(d, "metrics.ar_tokens_per_s"),
+                "ar_tokens_per_s_ci_low": column(d, "metrics.ar_tokens_per_s_ci_low"),
+                "ar_tokens_per_s_ci_high": column(d, "metrics.ar_tokens_per_s_ci_high"),
+            }
+        )
+        .dropna(subset=["speedup"])
+        .reset_index(drop=True)
+    )
 
 
 def _with_speedup(d: pd.DataFrame) -> pd.DataFrame:
@@ -302,14 +411,35 @@ def fig_speedup_vs_temperature(runs: pd.DataFrame, path) -> pd.DataFrame:
     on = lines_along(level_ks(d), "temperature", "temperature")
     if len(on) < len(d):
         notes.append(f"{len(d) - len(on)} run(s) at one temperature for their settings (e.g. a k axis) not drawn.")
-    data = _speedup_table(on)[["run_id", "method", "draft_k", "temperature", "batch_size", "tree", "line", "speedup",
-                               "speedup_ci_low", "speedup_ci_high"]]
+    data = _speedup_table(on)[
+        [
+            "run_id",
+            "method",
+            "draft_k",
+            "temperature",
+            "batch_size",
+            "tree",
+            "line",
+            "speedup",
+            "speedup_ci_low",
+            "speedup_ci_high",
+        ]
+    ]
     notes.append("Bars: each run's 95% interval.")
-    return line_figure(data, "temperature", "speedup", ["method", "line"], path, notes,
-                       xticks=sorted(data["temperature"].unique()),
-                       more=lambda ax, colours: [ar_line(ax)], xlabel="sampling temperature T (0 = greedy)",
-                       ylabel="speedup over AR (×), 95% CI", title="Speedup over AR vs sampling temperature",
-                       err=("speedup_ci_low", "speedup_ci_high"))
+    return line_figure(
+        data,
+        "temperature",
+        "speedup",
+        ["method", "line"],
+        path,
+        notes,
+        xticks=sorted(data["temperature"].unique()),
+        more=lambda ax, colours: [ar_line(ax)],
+        xlabel="sampling temperature T (0 = greedy)",
+        ylabel="speedup over AR (×), 95% CI",
+        title="Speedup over AR vs sampling temperature",
+        err=("speedup_ci_low", "speedup_ci_high"),
+    )
 
 
 def _best_lines(on: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
@@ -341,11 +471,13 @@ def _mark_crossovers(ax, data: pd.DataFrame, by: list[str], colours: dict, notes
         out[g.index] = x
         ax.axvline(x, color=colours[key], ls=":", lw=1.2, label=f"crossover {label(by, key)}: B≈{x:.3g}")
         ax.plot([x], [1.0], marker="X", ms=8, color=colours[key], ls="none")
-        ax.annotate(f"B≈{x:.3g}", (x, 1.0), xytext=(8, 8), textcoords="offset points", fontsize=8,
-                    color=colours[key])
-        notes.append(f"{label(by, key)}: speedup crosses 1 at batch size ≈ {x:.3g} (linear between the sizes "
-                     f"around it); speculation stops paying there." if mean.iloc[0] > 1 else
-                     f"{label(by, key)}: speedup crosses 1 at batch size ≈ {x:.3g}; speculation starts paying there.")
+        ax.annotate(f"B≈{x:.3g}", (x, 1.0), xytext=(8, 8), textcoords="offset points", fontsize=8, color=colours[key])
+        notes.append(
+            f"{label(by, key)}: speedup crosses 1 at batch size ≈ {x:.3g} (linear between the sizes "
+            f"around it); speculation stops paying there."
+            if mean.iloc[0] > 1
+            else f"{label(by, key)}: speedup crosses 1 at batch size ≈ {x:.3g}; speculation starts paying there."
+        )
     return out
 
 
@@ -356,12 +488,37 @@ def _throughput(ax, data: pd.DataFrame, by: list[str], colours: dict, notes: lis
         notes.append("No run logged tokens_per_s and ar_tokens_per_s: right panel empty.")
         return
     tps = data[has]
-    lines(ax, tps, "batch_size", "tokens_per_s", by, colours=colours, labelled=False, name="spec: ",
-          err=("tokens_per_s_ci_low", "tokens_per_s_ci_high"))
-    lines(ax, tps, "batch_size", "ar_tokens_per_s", by, colours=colours, labelled=False, name="AR: ", ls="--",
-          marker="x", err=("ar_tokens_per_s_ci_low", "ar_tokens_per_s_ci_high"))
-    ax.legend(handles=[Line2D([], [], color="grey", marker="o", label="speculative"),
-                       Line2D([], [], color="grey", ls="--", marker="x", label="AR, same job")], fontsize=8)
+    lines(
+        ax,
+        tps,
+        "batch_size",
+        "tokens_per_s",
+        by,
+        colours=colours,
+        labelled=False,
+        name="spec: ",
+        err=("tokens_per_s_ci_low", "tokens_per_s_ci_high"),
+    )
+    lines(
+        ax,
+        tps,
+        "batch_size",
+        "ar_tokens_per_s",
+        by,
+        colours=colours,
+        labelled=False,
+        name="AR: ",
+        ls="--",
+        marker="x",
+        err=("ar_tokens_per_s_ci_low", "ar_tokens_per_s_ci_high"),
+    )
+    ax.legend(
+        handles=[
+            Line2D([], [], color="grey", marker="o", label="speculative"),
+            Line2D([], [], color="grey", ls="--", marker="x", label="AR, same job"),
+        ],
+        fontsize=8,
+    )
 
 
 def fig_speedup_vs_batch_size(runs: pd.DataFrame, path) -> pd.DataFrame:
@@ -370,8 +527,10 @@ def fig_speedup_vs_batch_size(runs: pd.DataFrame, path) -> pd.DataFrame:
     differ only in batch size with the highest mean speedup."""
     notes: list[str] = []
     on = lines_along(level_ks(_with_speedup(speculative(runs))), "batch_size", "batch size")
-    notes.append("Per method and temperature, the line of runs (differing only in batch size) with the highest "
-                 "mean speedup; bars: each run's 95% interval.")
+    notes.append(
+        "Per method and temperature, the line of runs (differing only in batch size) with the highest "
+        "mean speedup; bars: each run's 95% interval."
+    )
     data = _speedup_table(_best_lines(on, notes)).sort_values(["method", "temperature", "batch_size"])
     data = data.reset_index(drop=True)
     fig, (left, right) = new_figure(ncols=2)
@@ -395,13 +554,24 @@ def fig_speedup_vs_batch_size(runs: pd.DataFrame, path) -> pd.DataFrame:
     return save(fig, path, data, notes)
 
 
-def _rate_figure(data: pd.DataFrame, x: str, series: list[str], keep: tuple[str, ...], path, notes,
-                 **text: str) -> pd.DataFrame:
+def _rate_figure(
+    data: pd.DataFrame, x: str, series: list[str], keep: tuple[str, ...], path, notes, **text: str
+) -> pd.DataFrame:
     """Rates in [0, 1] against an integer x, one line per series, a line style per
     temperature when there are several."""
     style = "temperature" if data["temperature"].nunique() > 1 else None
-    return line_figure(data, x, "value", varying(data, series, keep=keep), path, notes,
-                       xticks=int_values(data[x]), style_by=style, ylim=(0, 1.02), **text)
+    return line_figure(
+        data,
+        x,
+        "value",
+        varying(data, series, keep=keep),
+        path,
+        notes,
+        xticks=int_values(data[x]),
+        style_by=style,
+        ylim=(0, 1.02),
+        **text,
+    )
 
 
 def fig_position_acceptance(runs: pd.DataFrame, path) -> pd.DataFrame:
@@ -414,18 +584,34 @@ def fig_position_acceptance(runs: pd.DataFrame, path) -> pd.DataFrame:
     for r in d.to_dict("records"):
         for c in cols:
             if pd.notna(r[c]):
-                rows.append({"run_id": r["run_id"], "method": r["method"], "draft_k": r["draft_k"],
-                             "temperature": r["temperature"], "batch_size": r["batch_size"],
-                             "position": int(c[len(prefix):]), "metric": c[len("metrics."):],
-                             "value": float(r[c])})
+                rows.append(
+                    {
+                        "run_id": r["run_id"],
+                        "method": r["method"],
+                        "draft_k": r["draft_k"],
+                        "temperature": r["temperature"],
+                        "batch_size": r["batch_size"],
+                        "position": int(c[len(prefix) :]),
+                        "metric": c[len("metrics.") :],
+                        "value": float(r[c]),
+                    }
+                )
     data = pd.DataFrame(rows)
     if data.empty:
         raise FigureSkipped("no speculative run logged position_acceptance/<i>")
     data = data.sort_values(["method", "draft_k", "temperature", "position"]).reset_index(drop=True)
     require_axis(data, "position", "draft position")
-    return _rate_figure(data, "position", ["method", "draft_k"], ("draft_k",), path, notes,
-                        xlabel="draft position i (1 = first drafted token)", ylabel="acceptance at position i",
-                        title="Acceptance at each draft position")
+    return _rate_figure(
+        data,
+        "position",
+        ["method", "draft_k"],
+        ("draft_k",),
+        path,
+        notes,
+        xlabel="draft position i (1 = first drafted token)",
+        ylabel="acceptance at position i",
+        title="Acceptance at each draft position",
+    )
 
 
 def fig_category_speedup(runs: pd.DataFrame, path) -> pd.DataFrame:
@@ -442,8 +628,15 @@ def fig_category_speedup(runs: pd.DataFrame, path) -> pd.DataFrame:
     error_bars(ax, data.assign(x=x), "x", "value", ("ci_low", "ci_high"), "black", alpha=0.8)
     runner = data["runner_up"].notna()
     if runner.any():
-        ax.scatter(x[runner.to_numpy()], data.loc[runner, "runner_up"], marker="_", s=200, color="C3",
-                   label="runner-up", zorder=3)
+        ax.scatter(
+            x[runner.to_numpy()],
+            data.loc[runner, "runner_up"],
+            marker="_",
+            s=200,
+            color="C3",
+            label="runner-up",
+            zorder=3,
+        )
     several_methods = data["method"].nunique() > 1
     top_of = data[["value", "ci_high"]].max(axis=1)
     for bar, r, y in zip(bars, data.to_dict("records"), top_of):
@@ -452,18 +645,35 @@ def fig_category_speedup(runs: pd.DataFrame, path) -> pd.DataFrame:
             text = f"{r['method']}\n{text}"
         if r["tie"]:
             text += "\n(tie)"
-        ax.annotate(text, (bar.get_x() + bar.get_width() / 2, y), xytext=(0, 2),
-                    textcoords="offset points", ha="center", va="bottom", fontsize=7)
+        ax.annotate(
+            text,
+            (bar.get_x() + bar.get_width() / 2, y),
+            xytext=(0, 2),
+            textcoords="offset points",
+            ha="center",
+            va="bottom",
+            fontsize=7,
+        )
     if data["tie"].any():
-        notes.append("(tie): the runner-up lies inside the winner's 95% interval (or the winner has none): "
-                     "the data do not tell them apart.")
+        notes.append(
+            "(tie): the runner-up lies inside the winner's 95% interval (or the winner has none): "
+            "the data do not tell them apart."
+        )
     ar_line(ax)
     ax.set_xticks(x, data["category"], rotation=30 if len(data) > 6 else 0, ha="right" if len(data) > 6 else "center")
     ax.grid(False, axis="x")
     top = data.loc[data["value"].idxmax()]
-    return finish(fig, ax, data, notes, path, xlabel="Spec-Bench category", ylabel="speedup over AR (×)",
-                  title=f"Best speedup per category (highest: {top['category']}, {top['value']:.2f}×)",
-                  ylim=(0, top_of.max() * 1.3))
+    return finish(
+        fig,
+        ax,
+        data,
+        notes,
+        path,
+        xlabel="Spec-Bench category",
+        ylabel="speedup over AR (×)",
+        title=f"Best speedup per category (highest: {top['category']}, {top['value']:.2f}×)",
+        ylim=(0, top_of.max() * 1.3),
+    )
 
 
 def fig_provenance(runs: pd.DataFrame, path) -> pd.DataFrame:
@@ -475,24 +685,37 @@ def fig_provenance(runs: pd.DataFrame, path) -> pd.DataFrame:
     rows = []
     for r in d.sort_values(["method", "draft_k", "temperature"]).to_dict("records"):
         order = levels_of(r["method"]) + [TARGET]
-        extra = sorted(c[len(prefix):] for c in r if c.startswith(prefix) and c[len(prefix):] not in order)
-        config = (f"{r['method']}  k={fmt(r['draft_k'])} T={fmt(r['temperature'])}"
-                  if pd.notna(r["top_level"]) else f"{r['method']} (AR)  T={fmt(r['temperature'])}")
+        extra = sorted(c[len(prefix) :] for c in r if c.startswith(prefix) and c[len(prefix) :] not in order)
+        config = (
+            f"{r['method']}  k={fmt(r['draft_k'])} T={fmt(r['temperature'])}"
+            if pd.notna(r["top_level"])
+            else f"{r['method']} (AR)  T={fmt(r['temperature'])}"
+        )
         for level in order + extra:
             value = metric(r, f"provenance/{level}")
             if not np.isnan(value):
-                rows.append({"run_id": r["run_id"], "config": config, "method": r["method"],
-                             "draft_k": r["draft_k"], "temperature": r["temperature"],
-                             "batch_size": r["batch_size"], "level": level,
-                             "metric": f"provenance/{level}", "value": value})
+                rows.append(
+                    {
+                        "run_id": r["run_id"],
+                        "config": config,
+                        "method": r["method"],
+                        "draft_k": r["draft_k"],
+                        "temperature": r["temperature"],
+                        "batch_size": r["batch_size"],
+                        "level": level,
+                        "metric": f"provenance/{level}",
+                        "value": value,
+                    }
+                )
     data = pd.DataFrame(rows)
     if data.empty:
         raise FigureSkipped("no run logged provenance/<level> metrics")
 
     fig, (ax,) = new_figure()
     # Colours follow the hierarchy, bottom level first, target last, the same in every bar.
-    level_order = list(dict.fromkeys(
-        [lv for m in data["method"].unique() for lv in levels_of(m)] + list(data["level"].unique())))
+    level_order = list(
+        dict.fromkeys([lv for m in data["method"].unique() for lv in levels_of(m)] + list(data["level"].unique()))
+    )
     level_order = [lv for lv in level_order if lv != TARGET] + [TARGET]
     runs_order = list(dict.fromkeys(data["run_id"]))
     y = {run_id: i for i, run_id in enumerate(runs_order)}
@@ -503,8 +726,14 @@ def fig_provenance(runs: pd.DataFrame, path) -> pd.DataFrame:
             continue
         widths = np.zeros(len(runs_order))
         widths[[y[r] for r in part["run_id"]]] = part["value"].to_numpy()
-        ax.barh(np.arange(len(runs_order)), widths, left=left, height=0.7, label=level,
-                color="0.6" if level == TARGET else f"C{i}")
+        ax.barh(
+            np.arange(len(runs_order)),
+            widths,
+            left=left,
+            height=0.7,
+            label=level,
+            color="0.6" if level == TARGET else f"C{i}",
+        )
         left += widths
     labels = data.drop_duplicates("run_id").set_index("run_id").loc[runs_order, "config"]
     ax.set_yticks(np.arange(len(runs_order)), labels, fontsize=7 if len(runs_order) > 8 else 8)
@@ -518,57 +747,75 @@ def fig_provenance(runs: pd.DataFrame, path) -> pd.DataFrame:
     return save(fig, path, data, notes)
 
 
-
-
 FigureFn = Callable[[pd.DataFrame, str | Path], pd.DataFrame]
 
 # name -> (function, heading, caption); the report draws them in this order.
 FIGURES: dict[str, tuple[FigureFn, str, str]] = {
     "acceptance_vs_k": (
-        fig_acceptance_vs_k, "Acceptance rate per level vs draft length",
+        fig_acceptance_vs_k,
+        "Acceptance rate per level vs draft length",
         "Acceptance rate (accepted / drafted) of each draft level vs the k of one level, a panel per method "
-        "and varied level (named on the x axis); a line joins runs that differ in that k alone."),
+        "and varied level (named on the x axis); a line joins runs that differ in that k alone.",
+    ),
     "tokens_per_call_vs_k": (
-        fig_tokens_per_call_vs_k, "Tokens per target call vs draft length, with theory",
+        fig_tokens_per_call_vs_k,
+        "Tokens per target call vs draft length, with theory",
         "Mean acceptance length (1 + accepted / drafts: tokens per target call, bonus included) vs one level's "
         "k, a panel per method and varied level; dashed: the i.i.d. theory 1 + α̂ + … + α̂^d at each run's "
         "α̂ = accepted / (accepted + rejections), d each round's draft depth (`iid_tokens_per_call`; d = k of "
-        "the level drafting for the target where that is not logged)."),
+        "the level drafting for the target where that is not logged).",
+    ),
     "speedup_vs_predicted": (
-        fig_speedup_vs_predicted, "Measured vs predicted speedup",
+        fig_speedup_vs_predicted,
+        "Measured vs predicted speedup",
         "Measured speedup (bars: 95% interval) vs the out-of-sample prediction each job made before timing "
         "(`predicted_speedup`: a short decode of prompts the job does not evaluate, with the method and "
         "plain decoding; tokens per call from those rounds' yields, their round and step times, plus "
-        "prefill); dashed: y = x."),
+        "prefill); dashed: y = x.",
+    ),
     "wasted_vs_k": (
-        fig_wasted_vs_k, "Wasted compute vs draft length",
+        fig_wasted_vs_k,
+        "Wasted compute vs draft length",
         "Per draft level, the share of its drafts the level above discarded (wasted_draft_fraction/<level>), "
         "and the share of target-scored positions discarded (wasted_target_fraction), vs one level's k, a "
-        "panel per method and varied level."),
+        "panel per method and varied level.",
+    ),
     "wasted_time_vs_k": (
-        fig_wasted_time_vs_k, "Wasted compute in time vs draft length",
+        fig_wasted_time_vs_k,
+        "Wasted compute in time vs draft length",
         "Milliseconds per emitted token of each level's forwards (and the target's) spent on drafts (positions) "
         "that were discarded, vs one level's k: derived as logged seconds × the logged share discarded, each "
-        "drafted token (scored position) charged an equal share of its forwards."),
+        "drafted token (scored position) charged an equal share of its forwards.",
+    ),
     "speedup_vs_temperature": (
-        fig_speedup_vs_temperature, "Speedup vs temperature",
+        fig_speedup_vs_temperature,
+        "Speedup vs temperature",
         "Speedup over AR (tokens/s ÷ AR tokens/s in the same job, interleaved per batch) vs sampling "
         "temperature, one line per method through runs that differ in temperature alone; bars: 95% "
-        "intervals."),
+        "intervals.",
+    ),
     "speedup_vs_batch_size": (
-        fig_speedup_vs_batch_size, "Speedup vs batch size",
+        fig_speedup_vs_batch_size,
+        "Speedup vs batch size",
         "Left: speedup over AR vs batch size, the batch size where speculation stops paying (speedup crosses 1, "
         "linear between the two sizes around it) marked X and dotted. Right: speculative (solid) vs AR (dashed) "
-        "tokens/s. A line joins runs that differ in batch size alone. Bars: 95% intervals."),
+        "tokens/s. A line joins runs that differ in batch size alone. Bars: 95% intervals.",
+    ),
     "position_acceptance": (
-        fig_position_acceptance, "Per-position acceptance",
+        fig_position_acceptance,
+        "Per-position acceptance",
         "Of the rounds that tested a draft token at depth i (the walk got there and the node had "
-        "children), the share that accepted one (position_acceptance/i)."),
+        "children), the share that accepted one (position_acceptance/i).",
+    ),
     "category_speedup": (
-        fig_category_speedup, "Speedup per Spec-Bench category",
+        fig_category_speedup,
+        "Speedup per Spec-Bench category",
         "Best speedup per Spec-Bench category over all runs with its 95% interval, each bar labelled with "
-        "its config; red: the runner-up (a maximum over noisy runs is biased upwards)."),
+        "its config; red: the runner-up (a maximum over noisy runs is biased upwards).",
+    ),
     "provenance": (
-        fig_provenance, "Provenance of emitted tokens",
-        "Share of emitted tokens proposed by each level; target = the target's own tokens."),
+        fig_provenance,
+        "Provenance of emitted tokens",
+        "Share of emitted tokens proposed by each level; target = the target's own tokens.",
+    ),
 }

@@ -29,7 +29,7 @@ def _client(tracking_uri: str) -> MlflowClient:
     # Opening a SQLite URI that names no file creates an empty database there: a typo'd
     # path would "succeed" with no experiments and leave a stray mlflow.db behind.
     if tracking_uri.startswith("sqlite:///"):
-        path = Path(tracking_uri[len("sqlite:///"):].split("?", 1)[0])
+        path = Path(tracking_uri[len("sqlite:///") :].split("?", 1)[0])
         if str(path) != ":memory:" and not path.is_file():
             raise FileNotFoundError(f"no MLflow database at {path} (tracking URI {tracking_uri})")
     return MlflowClient(tracking_uri=tracking_uri)
@@ -99,9 +99,7 @@ def latest_parent(tracking_uri: str, experiment: str) -> str:
     return runs[0].info.run_id
 
 
-def load_runs(
-    tracking_uri: str, experiment: str | None = None, parent_run_id: str | None = None
-) -> pd.DataFrame:
+def load_runs(tracking_uri: str, experiment: str | None = None, parent_run_id: str | None = None) -> pd.DataFrame:
     """Child runs as one row each: ``run_id``, ``params.*``, ``metrics.*``, ``tags.*``.
 
     With ``parent_run_id`` only that sweep's children; with just ``experiment`` every

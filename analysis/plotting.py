@@ -48,8 +48,9 @@ def label(cols: list[str], key) -> str:
     return ", ".join(f"{_PREFIX.get(c, '')}{fmt(v)}" for c, v in zip(cols, key) if fmt(v) != "")
 
 
-def error_bars(ax, d: pd.DataFrame, x: str, y: str, err: tuple[str, str], colour, alpha: float = 0.7,
-               offset: float = 0.0) -> None:
+def error_bars(
+    ax, d: pd.DataFrame, x: str, y: str, err: tuple[str, str], colour, alpha: float = 0.7, offset: float = 0.0
+) -> None:
     """Each row's 95% interval ``err`` = (low column, high column) as a vertical bar at its
     own (x, y); rows without an interval get none."""
     d = d.dropna(subset=list(err))
@@ -60,9 +61,19 @@ def error_bars(ax, d: pd.DataFrame, x: str, y: str, err: tuple[str, str], colour
     ax.errorbar(d[x] + offset, d[y], yerr=[below, above], fmt="none", ecolor=colour, alpha=alpha, capsize=3, lw=1)
 
 
-def lines(ax, d: pd.DataFrame, x: str, y: str, by: list[str], style_by: str | None = None,
-          colours: dict | None = None, labelled: bool = True, err: tuple[str, str] | None = None,
-          name: str = "", **kw) -> tuple[dict, list]:
+def lines(
+    ax,
+    d: pd.DataFrame,
+    x: str,
+    y: str,
+    by: list[str],
+    style_by: str | None = None,
+    colours: dict | None = None,
+    labelled: bool = True,
+    err: tuple[str, str] | None = None,
+    name: str = "",
+    **kw,
+) -> tuple[dict, list]:
     """One line per group: colour per ``by`` key, line style per ``style_by`` value. The
     line goes through the mean of ``y`` at each ``x``; runs sharing a point are dots.
     ``err`` (low, high columns): each run's 95% interval as an error bar at its value.
@@ -85,8 +96,7 @@ def lines(ax, d: pd.DataFrame, x: str, y: str, by: list[str], style_by: str | No
             error_bars(ax, g, x, y, err, colour)
     handles = []
     if labelled:
-        handles = [Line2D([], [], color=c, marker="o", markersize=4, label=label(by, k))
-                   for k, c in colours.items()]
+        handles = [Line2D([], [], color=c, marker="o", markersize=4, label=label(by, k)) for k, c in colours.items()]
         handles += [Line2D([], [], color="grey", ls=ls, label=label([style_by], v)) for v, ls in styles.items()]
     return colours, handles
 
@@ -126,8 +136,19 @@ def save(fig: Figure, path, data: pd.DataFrame, notes: list[str]) -> pd.DataFram
     return data
 
 
-def finish(fig: Figure, ax, data: pd.DataFrame, notes: list[str], path, *, xlabel: str, ylabel: str,
-           title: str, ylim: tuple[float, float] | None = None, handles=None) -> pd.DataFrame:
+def finish(
+    fig: Figure,
+    ax,
+    data: pd.DataFrame,
+    notes: list[str],
+    path,
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    ylim: tuple[float, float] | None = None,
+    handles=None,
+) -> pd.DataFrame:
     """The ending of a one-panel figure: axis labels, title, legend (``handles``, else
     the labelled artists), then ``save``."""
     ax.set_xlabel(xlabel)
@@ -139,11 +160,23 @@ def finish(fig: Figure, ax, data: pd.DataFrame, notes: list[str], path, *, xlabe
     return save(fig, path, data, notes)
 
 
-def line_figure(data: pd.DataFrame, x: str, y: str, by: list[str], path, notes: list[str], *, xticks,
-                xlabel: str, ylabel: str, title: str, style_by: str | None = None,
-                ylim: tuple[float, float] | None = None,
-                more: Callable[[object, dict], list] | None = None,
-                err: tuple[str, str] | None = None) -> pd.DataFrame:
+def line_figure(
+    data: pd.DataFrame,
+    x: str,
+    y: str,
+    by: list[str],
+    path,
+    notes: list[str],
+    *,
+    xticks,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    style_by: str | None = None,
+    ylim: tuple[float, float] | None = None,
+    more: Callable[[object, dict], list] | None = None,
+    err: tuple[str, str] | None = None,
+) -> pd.DataFrame:
     """The common figure: ``y`` against ``x``, one line per ``by`` group (a line style per
     ``style_by`` value), then ``finish``. ``more(ax, colours)`` draws extra layers in the
     lines' colours and returns their legend handles; ``err`` adds each run's 95% interval."""

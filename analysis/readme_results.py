@@ -142,20 +142,26 @@ def render_main_command(root: Path = ROOT) -> str:
     timing = json.loads((root / SOURCES["main_command"] / "timing.json").read_text(encoding="utf-8"))
     src = SOURCES["main_command"]
     head = runs[runs["batch_size"] == 1]
-    names = {"copy>target": "prompt lookup → target", "ngram>small>copy>target": "the staged default",
-             "small>target": "the 0.5B → target"}
+    names = {
+        "copy>target": "prompt lookup → target",
+        "ngram>small>copy>target": "the staged default",
+        "small>target": "the 0.5B → target",
+    }
 
     def headline(temp):
         d = head[(head["temperature"] == temp) & (head["max_new_tokens"] == head["max_new_tokens"].max())]
         d = d[d["method"].isin(names)].sort_values("tokens_per_s", ascending=False)
-        return "; ".join(f"{names[r.method]} {r.tokens_per_s:.1f} tok/s ({r.speedup:.2f}x its plain baseline)"
-                         for r in d.itertuples())
+        return "; ".join(
+            f"{names[r.method]} {r.tokens_per_s:.1f} tok/s ({r.speedup:.2f}x its plain baseline)"
+            for r in d.itertuples()
+        )
 
     staged = runs[(runs["method"] == "ngram>small>copy>target") & (runs["temperature"] == 0)]
     batch_limit = staged["data.limit"].max()  # the batch axis runs on one problem more than the rest
     batch = staged[staged["data.limit"] == batch_limit].sort_values("batch_size")
-    k_axis = staged[(staged["data.limit"] < batch_limit)
-                    & (staged["max_new_tokens"] < head["max_new_tokens"].max())].sort_values("levels.small.k")
+    k_axis = staged[
+        (staged["data.limit"] < batch_limit) & (staged["max_new_tokens"] < head["max_new_tokens"].max())
+    ].sort_values("levels.small.k")
     lines = [
         f"On {timing['cpu']}, {timing['threads']} threads ([{src}/timing.json]({src}/timing.json)), it took "
         f"{timing['total_s'] / 60:.1f} minutes ({timing['started']}; the goal is 15): install {timing['install_s'] / 60:.1f} min, "
@@ -163,32 +169,44 @@ def render_main_command(root: Path = ROOT) -> str:
         f"Its jobs ([{src}/runs.csv]({src}/runs.csv), [report]({src}/report.md)):",
         f"- greedy: {headline(0.0)};",
         f"- T = 0.7: {headline(0.7)};",
-        "- the k axis (greedy, " + f"{int(k_axis['max_new_tokens'].iloc[0])} tokens): k = "
-        + " / ".join(str(int(k)) for k in k_axis["levels.small.k"]) + " gives "
-        + " / ".join(f"{v:.1f}" for v in k_axis["mean_acceptance_length"]) + " tokens per target call and "
-        + " / ".join(f"{v:.1f}" for v in k_axis["tokens_per_s"]) + " tok/s;",
-        "- the batch axis (greedy, " + f"{int(batch['data.limit'].iloc[0])} problems): batch "
-        + " / ".join(str(int(b)) for b in batch["batch_size"]) + ": plain decoding "
-        + " / ".join(f"{v:.1f}" for v in batch["ar_tokens_per_s"]) + " tok/s, the staged default "
-        + " / ".join(f"{v:.1f}" for v in batch["tokens_per_s"]) + ", speedup "
-        + " / ".join(f"{v:.2f}x" for v in batch["speedup"]) + ".",
+        "- the k axis (greedy, "
+        + f"{int(k_axis['max_new_tokens'].iloc[0])} tokens): k = "
+        + " / ".join(str(int(k)) for k in k_axis["levels.small.k"])
+        + " gives "
+        + " / ".join(f"{v:.1f}" for v in k_axis["mean_acceptance_length"])
+        + " tokens per target call and "
+        + " / ".join(f"{v:.1f}" for v in k_axis["tokens_per_s"])
+        + " tok/s;",
+        "- the batch axis (greedy, "
+        + f"{int(batch['data.limit'].iloc[0])} problems): batch "
+        + " / ".join(str(int(b)) for b in batch["batch_size"])
+        + ": plain decoding "
+        + " / ".join(f"{v:.1f}" for v in batch["ar_tokens_per_s"])
+        + " tok/s, the staged default "
+        + " / ".join(f"{v:.1f}" for v in batch["tokens_per_s"])
+        + ", speedup "
+        + " / ".join(f"{v:.2f}x" for v in batch["speedup"])
+        + ".",
     ]
     return "\n".join(lines)
 
 
 BLOCKS = {"results": render_results, "main-command": render_main_command}
 
-_BLOCK = re.compile(r"(<!-- begin generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated: (?P=name) -->)",
-                    re.S)
+_BLOCK = re.compile(
+    r"(<!-- begin generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated: (?P=name) -->)", re.S
+)
 
 
 def rewrite(text: str, root: Path = ROOT) -> str:
     """``text`` with every generated block re-rendered from its sources."""
+
     def sub(m):
         name = m.group("name")
         if name not in BLOCKS:
             raise KeyError(f"README block {name!r} has no renderer; known: {', '.join(BLOCKS)}")
         return m.group(1) + BLOCKS[name](root) + "\n" + m.group(4)
+
     return _BLOCK.sub(sub, text)
 
 
@@ -207,7 +225,7 @@ def figures_outside_blocks(text: str) -> list[str]:
     for heading in RESULT_SECTIONS:
         start = text.index(heading)
         end = text.find("\n## ", start + len(heading))
-        section = _BLOCK.sub("", text[start:end if end >= 0 else None])
+        section = _BLOCK.sub("", text[start : end if end >= 0 else None])
         section = re.sub(r"`[^`]*`|\([^)]*\.(md|json|csv|png)\)", "", section)
         found += _FIGURE.findall(section)
     return found
@@ -220,7 +238,9 @@ def main(argv: list[str] | None = None) -> int:
         stale = stale_blocks(text)
         loose = figures_outside_blocks(text)
         for name in stale:
-            print(f"README.md: generated block {name!r} differs from its sources; run python -m analysis.readme_results")
+            print(
+                f"README.md: generated block {name!r} differs from its sources; run python -m analysis.readme_results"
+            )
         if loose:
             print(f"README.md: figures in a results section outside generated blocks: {', '.join(loose)}")
         return 1 if stale or loose else 0

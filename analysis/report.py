@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 import pandas as pd
@@ -74,7 +74,16 @@ SUMMARY_CSV = "runs.csv"
 """Beside report.md: one row per job, its config and every scalar metric, the machine-readable
 source the README's generated figures are read from (``analysis/readme_results.py``)."""
 
-SUMMARY_PARAMS = ("data", "data.name", "data.split", "data.limit", "max_new_tokens", "repeats", "seed", "target.weights")
+SUMMARY_PARAMS = (
+    "data",
+    "data.name",
+    "data.split",
+    "data.limit",
+    "max_new_tokens",
+    "repeats",
+    "seed",
+    "target.weights",
+)
 
 
 def summary_frame(runs: pd.DataFrame) -> pd.DataFrame:
@@ -90,9 +99,9 @@ def summary_frame(runs: pd.DataFrame) -> pd.DataFrame:
     level_ks = sorted(c for c in d.columns if c.startswith("params.levels.") and c.endswith(".k"))
     for col in [f"params.{n}" for n in SUMMARY_PARAMS] + level_ks:
         if col in d.columns:
-            cols[col[len("params."):]] = d[col]
+            cols[col[len("params.") :]] = d[col]
     for col in sorted(c for c in d.columns if c.startswith("metrics.") and not c.rsplit("/", 1)[-1].isdigit()):
-        cols[col[len("metrics."):]] = d[col]
+        cols[col[len("metrics.") :]] = d[col]
     out = pd.DataFrame(cols)
     return out.sort_values(["method", "temperature", "draft_k", "batch_size"], kind="stable")
 
@@ -125,13 +134,18 @@ def views_section(runs: pd.DataFrame, views: dict[str, str]) -> list[str]:
     """The links to each job's answers, coloured by level."""
     if not views:
         return ["_No job logged a `view.html` (jobs run before it existed)._"]
-    out = ["Which level wrote which token: a few answers of each job, every token coloured by the level that "
-           "proposed it (hover: its round, its depth, what the target did).", ""]
+    out = [
+        "Which level wrote which token: a few answers of each job, every token coloured by the level that "
+        "proposed it (hover: its round, its depth, what the target did).",
+        "",
+    ]
     d = configs(runs)
     for r in d.sort_values(["method", "draft_k", "temperature"]).to_dict("records"):
         if r["run_id"] in views:
-            out.append(f"- [{r['method']} k={fmt(r['draft_k'])} T={fmt(r['temperature'])} "
-                       f"bs={fmt(r['batch_size'])} (`{r['run_id'][:8]}`)]({views[r['run_id']]})")
+            out.append(
+                f"- [{r['method']} k={fmt(r['draft_k'])} T={fmt(r['temperature'])} "
+                f"bs={fmt(r['batch_size'])} (`{r['run_id'][:8]}`)]({views[r['run_id']]})"
+            )
     return out
 
 
@@ -174,14 +188,19 @@ def best_table(runs: pd.DataFrame) -> pd.DataFrame:
     if best.empty:
         return best
     rows = best.to_dict("records")
-    return pd.DataFrame({
-        "category": best["category"],
-        "speedup (×, 95% CI)": [with_interval(r["value"], r["ci_low"], r["ci_high"]) for r in rows],
-        "apart from the runner-up?": [_apart(r) for r in rows], "method": best["method"],
-        "draft_k": best["draft_k"].map(_number), "temperature": best["temperature"].map(lambda t: f"{t:g}"),
-        "batch_size": best["batch_size"].map(_number), "tree": best["tree"],
-        "run": best["run_id"].str[:8],
-    })
+    return pd.DataFrame(
+        {
+            "category": best["category"],
+            "speedup (×, 95% CI)": [with_interval(r["value"], r["ci_low"], r["ci_high"]) for r in rows],
+            "apart from the runner-up?": [_apart(r) for r in rows],
+            "method": best["method"],
+            "draft_k": best["draft_k"].map(_number),
+            "temperature": best["temperature"].map(lambda t: f"{t:g}"),
+            "batch_size": best["batch_size"].map(_number),
+            "tree": best["tree"],
+            "run": best["run_id"].str[:8],
+        }
+    )
 
 
 def headline_runs(g: pd.DataFrame) -> list[dict]:
@@ -216,17 +235,27 @@ def paper_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 def runs_table(runs: pd.DataFrame) -> pd.DataFrame:
     d = configs(runs).sort_values(["method", "draft_k", "temperature", "batch_size"])
-    rows = [{
-        "method": r["method"], "draft_k": _number(r["draft_k"]), "temperature": f"{r['temperature']:g}",
-        "batch_size": _number(r["batch_size"]), "tree": r["tree"],
-        "acceptance": metric(r, "acceptance_rate"), "α̂": metric(r, "alpha_hat"),
-        "tokens/call": metric(r, "mean_acceptance_length"),
-        "speedup (×, 95% CI)": with_interval(metric(r, "speedup"), metric(r, "speedup_ci_low"),
-                                            metric(r, "speedup_ci_high")),
-        "predicted (×)": metric(r, "predicted_speedup"),
-        "tokens/s": f"{metric(r, 'tokens_per_s'):.1f}", "timing spread": metric(r, "timing_spread"),
-        "status": r["status"], "run": r["run_id"][:8],
-    } for r in d.to_dict("records")]
+    rows = [
+        {
+            "method": r["method"],
+            "draft_k": _number(r["draft_k"]),
+            "temperature": f"{r['temperature']:g}",
+            "batch_size": _number(r["batch_size"]),
+            "tree": r["tree"],
+            "acceptance": metric(r, "acceptance_rate"),
+            "α̂": metric(r, "alpha_hat"),
+            "tokens/call": metric(r, "mean_acceptance_length"),
+            "speedup (×, 95% CI)": with_interval(
+                metric(r, "speedup"), metric(r, "speedup_ci_low"), metric(r, "speedup_ci_high")
+            ),
+            "predicted (×)": metric(r, "predicted_speedup"),
+            "tokens/s": f"{metric(r, 'tokens_per_s'):.1f}",
+            "timing spread": metric(r, "timing_spread"),
+            "status": r["status"],
+            "run": r["run_id"][:8],
+        }
+        for r in d.to_dict("records")
+    ]
     return pd.DataFrame(rows)
 
 
@@ -242,14 +271,18 @@ def exactness_table(runs: pd.DataFrame) -> pd.DataFrame:
     for r in d.to_dict("records"):
         n = metric(r, "n_prompts")
         found = metric(r, "ar_divergences")
-        rows.append({
-            "method": r["method"], "draft_k": _number(r["draft_k"]),
-            "identical to plain": f"{metric(r, 'ar_match_rate'):.0%}" + (f" of {n:.0f}" if not pd.isna(n) else ""),
-            "first divergence (token)": "–" if not found > 0 else f"{metric(r, 'ar_first_divergence_min'):.0f}",
-            "widest top-two gap there (dtype steps)": "–" if not found > 0 else
-            f"{metric(r, 'ar_divergence_gap_steps_max'):.1f}",
-            "run": r["run_id"][:8],
-        })
+        rows.append(
+            {
+                "method": r["method"],
+                "draft_k": _number(r["draft_k"]),
+                "identical to plain": f"{metric(r, 'ar_match_rate'):.0%}" + (f" of {n:.0f}" if not pd.isna(n) else ""),
+                "first divergence (token)": "–" if not found > 0 else f"{metric(r, 'ar_first_divergence_min'):.0f}",
+                "widest top-two gap there (dtype steps)": "–"
+                if not found > 0
+                else f"{metric(r, 'ar_divergence_gap_steps_max'):.1f}",
+                "run": r["run_id"][:8],
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -274,7 +307,7 @@ def parent_metrics(runs: pd.DataFrame) -> dict[str, float]:
 def _log_parent_metrics(client: MlflowClient, parent: str, metrics: dict[str, float]) -> None:
     from mlflow.entities import Metric
 
-    now = int(datetime.now(timezone.utc).timestamp() * 1000)
+    now = int(datetime.now(UTC).timestamp() * 1000)
     items = [Metric(k, float(v), now, 0) for k, v in metrics.items()]
     for i in range(0, len(items), 100):
         client.log_batch(parent, metrics=items[i : i + 100])
@@ -310,7 +343,7 @@ def prediction_note(runs: pd.DataFrame) -> list[str]:
 
 
 def _markdown(experiment, tracking_uri, parent, runs, plotted, skipped, views=None) -> str:
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     statuses = runs["status"].value_counts()
     status_text = ", ".join(f"{n} {s.lower()}" for s, n in statuses.items())
     out = [
@@ -338,10 +371,13 @@ def _markdown(experiment, tracking_uri, parent, runs, plotted, skipped, views=No
     best = best_table(runs)
     out.append(markdown_table(best) if not best.empty else "_No run logged a speedup metric._")
     if not best.empty:
-        out += ["", "Speedups are pooled over each job's prompts (method and baseline interleaved per batch, "
-                "`repeats` times) with a 95% t interval over prompts (over repeats when a category has one "
-                "prompt). The best of many noisy runs is biased upwards: a winner whose runner-up lies inside its "
-                "interval is not shown to be better."]
+        out += [
+            "",
+            "Speedups are pooled over each job's prompts (method and baseline interleaved per batch, "
+            "`repeats` times) with a 95% t interval over prompts (over repeats when a category has one "
+            "prompt). The best of many noisy runs is biased upwards: a winner whose runner-up lies inside its "
+            "interval is not shown to be better.",
+        ]
     out += ["", "## Figures", ""]
     for i, (name, (_, heading, caption)) in enumerate(FIGURES.items()):
         out.append(f"### ({chr(ord('a') + i)}) {heading}")
@@ -356,13 +392,19 @@ def _markdown(experiment, tracking_uri, parent, runs, plotted, skipped, views=No
     out += ["## All runs", "", markdown_table(runs_table(runs)), ""]
     exact = exactness_table(runs)
     if not exact.empty:
-        out += ["## Greedy outputs against plain decoding", "", markdown_table(exact), "",
-                "In float32 with `kernels=hf` greedy speculation reproduces plain decoding token for token (the "
-                "tests hold it). In bfloat16 a forward scoring several rows rounds differently from a one-row "
-                "forward, so where the target's two likeliest tokens are a near-tie the pick can flip; each "
-                "differing output is reported with the first token where it leaves plain decoding's and the "
-                "target's top-two logit gap there (`divergence` in the job's `outputs.jsonl`). A gap of a few "
-                "steps of the dtype is rounding; a wide one would be a bug.", ""]
+        out += [
+            "## Greedy outputs against plain decoding",
+            "",
+            markdown_table(exact),
+            "",
+            "In float32 with `kernels=hf` greedy speculation reproduces plain decoding token for token (the "
+            "tests hold it). In bfloat16 a forward scoring several rows rounds differently from a one-row "
+            "forward, so where the target's two likeliest tokens are a near-tie the pick can flip; each "
+            "differing output is reported with the first token where it leaves plain decoding's and the "
+            "target's top-two logit gap there (`divergence` in the job's `outputs.jsonl`). A gap of a few "
+            "steps of the dtype is rounding; a wide one would be a bug.",
+            "",
+        ]
     out += ["## Answers, coloured by level", "", *views_section(runs, views or {}), ""]
     out += ["## Cost model: predicted vs measured", "", *prediction_note(runs), ""]
     return "\n".join(out)

@@ -85,7 +85,7 @@ def ci_names(name: str) -> tuple[str, str]:
 
 
 def with_interval(value: float, low: float, high: float, digits: int = 2) -> str:
-    """"1.25 [0.94, 1.65]"; "1.25 [no interval]" when none was logged."""
+    """ "1.25 [0.94, 1.65]"; "1.25 [no interval]" when none was logged."""
     if value is None or pd.isna(value):
         return "–"
     if low is None or high is None or pd.isna(low) or pd.isna(high):
@@ -102,7 +102,7 @@ def best_per_category(runs: pd.DataFrame, overall: bool = False) -> pd.DataFrame
     is True when the runner-up's speedup lies inside the winner's interval (or the winner
     has none): the data do not tell the two apart."""
     d = configs(runs)
-    names = sorted(c[len("metrics.speedup/"):] for c in d.columns if c.startswith("metrics.speedup/"))
+    names = sorted(c[len("metrics.speedup/") :] for c in d.columns if c.startswith("metrics.speedup/"))
     pairs = ([("all", "speedup")] if overall else []) + [(n, f"speedup/{n}") for n in names]
     rows = []
     for category, name in pairs:
@@ -115,9 +115,22 @@ def best_per_category(runs: pd.DataFrame, overall: bool = False) -> pd.DataFrame
         second = ranked.iloc[1] if len(ranked) > 1 else None
         runner_up = float(second[col]) if second is not None else np.nan
         tie = second is not None and (np.isnan(low) or runner_up >= low)
-        rows.append({"category": category, "metric": name, "value": float(r[col]), "ci_low": low, "ci_high": high,
-                     "run_id": r["run_id"], "method": r["method"], "draft_k": r["draft_k"],
-                     "temperature": r["temperature"], "batch_size": r["batch_size"], "tree": r["tree"],
-                     "runner_up": runner_up, "runner_up_run_id": second["run_id"] if second is not None else None,
-                     "tie": bool(tie)})
+        rows.append(
+            {
+                "category": category,
+                "metric": name,
+                "value": float(r[col]),
+                "ci_low": low,
+                "ci_high": high,
+                "run_id": r["run_id"],
+                "method": r["method"],
+                "draft_k": r["draft_k"],
+                "temperature": r["temperature"],
+                "batch_size": r["batch_size"],
+                "tree": r["tree"],
+                "runner_up": runner_up,
+                "runner_up_run_id": second["run_id"] if second is not None else None,
+                "tie": bool(tie),
+            }
+        )
     return pd.DataFrame(rows)

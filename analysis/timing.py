@@ -11,7 +11,7 @@ import json
 import os
 import platform
 import sys
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 FIELDS = ("started", "install_s", "sweep_s", "report_s")
@@ -23,11 +23,21 @@ def cpu_name() -> str:
         info = Path("/proc/cpuinfo").read_text(encoding="utf-8")
     except OSError:
         return platform.processor() or platform.machine()
-    name = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")),
-                platform.machine())
+    name = next(
+        (line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")),
+        platform.machine(),
+    )
     flags = next((set(line.split(":", 1)[1].split()) for line in info.splitlines() if line.startswith("flags")), set())
-    ext = [label for flag, label in (("avx512_bf16", "AVX-512 BF16"), ("avx512_vnni", "VNNI"), ("amx_tile", "AMX"),
-                                     ("avx2", "AVX2")) if flag in flags]
+    ext = [
+        label
+        for flag, label in (
+            ("avx512_bf16", "AVX-512 BF16"),
+            ("avx512_vnni", "VNNI"),
+            ("amx_tile", "AMX"),
+            ("avx2", "AVX2"),
+        )
+        if flag in flags
+    ]
     return f"{name} ({', '.join(ext)})" if ext else name
 
 
@@ -38,7 +48,7 @@ def timing(values: dict[str, str]) -> dict:
     started = int(values["started"])
     parts = {k: int(values[k]) for k in FIELDS[1:]}
     return {
-        "started": datetime.fromtimestamp(started, timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "started": datetime.fromtimestamp(started, UTC).strftime("%Y-%m-%d %H:%M UTC"),
         **parts,
         "total_s": sum(parts.values()),
         "cpu": cpu_name(),

@@ -20,8 +20,12 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-STYLE = {"chain": ("tab:blue", "o", "-"), "dynamic": ("tab:green", "s", "-"), "tree": ("tab:orange", "^", ""),
-         "auto": ("tab:red", "*", "")}
+STYLE = {
+    "chain": ("tab:blue", "o", "-"),
+    "dynamic": ("tab:green", "s", "-"),
+    "tree": ("tab:orange", "^", ""),
+    "auto": ("tab:red", "*", ""),
+}
 
 
 def load(path: str | Path) -> tuple[pd.DataFrame, dict]:
@@ -43,16 +47,35 @@ def figure(rows: pd.DataFrame, settings: dict) -> Figure:
         if d.empty:
             continue
         for ax, y in ((ax_call, "tokens_per_call"), (ax_speed, "tokens_per_s")):
-            ax.plot(d["nodes_per_call"], d[y], color=color, marker=marker, linestyle=ls or "none",
-                    markersize=10 if kind == "auto" else 6, label=kind)
+            ax.plot(
+                d["nodes_per_call"],
+                d[y],
+                color=color,
+                marker=marker,
+                linestyle=ls or "none",
+                markersize=10 if kind == "auto" else 6,
+                label=kind,
+            )
         if kind == "tree":
             for _, r in d.iterrows():
-                ax_call.annotate(str(r["method"]).split(" ")[0], (r["nodes_per_call"], r["tokens_per_call"]),
-                                 fontsize=7, xytext=(3, -9), textcoords="offset points")
+                ax_call.annotate(
+                    str(r["method"]).split(" ")[0],
+                    (r["nodes_per_call"], r["tokens_per_call"]),
+                    fontsize=7,
+                    xytext=(3, -9),
+                    textcoords="offset points",
+                )
         if kind == "auto" and "predicted_tokens_per_call" in d:
-            ax_call.plot(d["nodes_per_call"], pd.to_numeric(d["predicted_tokens_per_call"]), color=color,
-                         marker=marker, markerfacecolor="none", linestyle="none", markersize=10,
-                         label="auto (predicted)")
+            ax_call.plot(
+                d["nodes_per_call"],
+                pd.to_numeric(d["predicted_tokens_per_call"]),
+                color=color,
+                marker=marker,
+                markerfacecolor="none",
+                linestyle="none",
+                markersize=10,
+                label="auto (predicted)",
+            )
     ar = rows[rows["kind"] == "ar"]
     if not ar.empty:
         ax_speed.axhline(float(ar["tokens_per_s"].iloc[0]), color="gray", linestyle="--", label="AR")

@@ -25,7 +25,7 @@ def run(dec: SpeculativeDecoder, prompts: list[list[int]], bs: int, n: int):
     prompt to its longest one). Returns end-to-end and decode-only (prefill excluded)
     tokens/s, the summary, and outputs in the original prompt order."""
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-    results = [dec.generate([prompts[j] for j in order[i: i + bs]], n) for i in range(0, len(prompts), bs)]
+    results = [dec.generate([prompts[j] for j in order[i : i + bs]], n) for i in range(0, len(prompts), bs)]
     seqs = [s for r in results for s in r.sequences]
     tokens = sum(len(s.output_ids) for s in seqs)
     wall = sum(r.wall_time for r in results)
@@ -45,7 +45,9 @@ def main() -> None:
     args = ap.parse_args()
     target, prompts, _ = setup(args)
     n = args.max_new_tokens
-    drafter = PromptLookupDrafter(k=args.k) if args.method == "lookup" else KatzNgramDrafter(target.vocab_size, k=args.k)
+    drafter = (
+        PromptLookupDrafter(k=args.k) if args.method == "lookup" else KatzNgramDrafter(target.vocab_size, k=args.k)
+    )
     ar = SpeculativeDecoder(target.model, None, SamplingConfig())
     spec = SpeculativeDecoder(target.model, drafter, SamplingConfig())
     ar.generate(prompts[:2], 4), spec.generate(prompts[:2], 4)  # warm-up
@@ -54,17 +56,28 @@ def main() -> None:
         ar_tps, ar_dec, _, ar_out = run(ar, prompts, bs, n)
         sp_tps, sp_dec, s, sp_out = run(spec, prompts, bs, n)
         ref = ref or ar_out
-        rows.append({"batch_size": bs, "ar_tokens_per_s": ar_tps, "spec_tokens_per_s": sp_tps,
-                     "speedup": sp_tps / ar_tps, "ar_decode_tokens_per_s": ar_dec,
-                     "spec_decode_tokens_per_s": sp_dec, "decode_speedup": sp_dec / ar_dec,
-                     "tokens_per_call": s["mean_accepted_tokens_per_call"],
-                     "padding_fraction": s["padding_fraction"],
-                     "identical": ar_out == ref and sp_out == ref})
+        rows.append(
+            {
+                "batch_size": bs,
+                "ar_tokens_per_s": ar_tps,
+                "spec_tokens_per_s": sp_tps,
+                "speedup": sp_tps / ar_tps,
+                "ar_decode_tokens_per_s": ar_dec,
+                "spec_decode_tokens_per_s": sp_dec,
+                "decode_speedup": sp_dec / ar_dec,
+                "tokens_per_call": s["mean_accepted_tokens_per_call"],
+                "padding_fraction": s["padding_fraction"],
+                "identical": ar_out == ref and sp_out == ref,
+            }
+        )
         r = rows[-1]
-        print(f"bs={bs:3d} AR {ar_tps:6.2f} spec {sp_tps:6.2f} tok/s (x{r['speedup']:.2f}) | decode only: "
-              f"AR {ar_dec:6.2f} spec {sp_dec:6.2f} tok/s (x{r['decode_speedup']:.2f}) | "
-              f"tok/call {r['tokens_per_call']:.2f}  verify padding {r['padding_fraction']:.1%}  "
-              f"exact {r['identical']}", flush=True)
+        print(
+            f"bs={bs:3d} AR {ar_tps:6.2f} spec {sp_tps:6.2f} tok/s (x{r['speedup']:.2f}) | decode only: "
+            f"AR {ar_dec:6.2f} spec {sp_dec:6.2f} tok/s (x{r['decode_speedup']:.2f}) | "
+            f"tok/call {r['tokens_per_call']:.2f}  verify padding {r['padding_fraction']:.1%}  "
+            f"exact {r['identical']}",
+            flush=True,
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)

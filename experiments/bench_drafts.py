@@ -49,8 +49,9 @@ def hierarchies(target, files: dict[str, Path], k: int, tree) -> dict:
         "ar": lambda: None,
         "ngram>target": lambda: KatzNgramDrafter(V, k=k, base=base),
         "layers>target": lambda: ModelDrafter(layers, k=k, name="layers"),
-        "ngram>layers>target": lambda: ModelDrafter(layers, k=k, lower=KatzNgramDrafter(V, k=2, base=base),
-                                                    name="layers"),
+        "ngram>layers>target": lambda: ModelDrafter(
+            layers, k=k, lower=KatzNgramDrafter(V, k=2, base=base), name="layers"
+        ),
         "feature>target": lambda: FeatureDrafter(feature, k=k, name="feature"),
         **({"feature-tree>target": lambda: FeatureDrafter(feature, tree=shape, name="feature")} if shape else {}),
     }
@@ -62,21 +63,29 @@ def acceptance_table(target, prompts, plan, k: int, n_new: int, files: dict[str,
     for name in ("feature", "layers"):
         draft = load_draft(files[name], target.model, target.name)
         n = draft.meta.n_layers
-        cands = {f"trained {name} ({n} layer{'s' * (n > 1)}, {int(draft.vocab_map.numel())}-token head)": (
-            FeatureDrafter(draft, k=k, name=name) if name == "feature" else ModelDrafter(draft, k=k, name=name))}
+        cands = {
+            f"trained {name} ({n} layer{'s' * (n > 1)}, {int(draft.vocab_map.numel())}-token head)": (
+                FeatureDrafter(draft, k=k, name=name) if name == "feature" else ModelDrafter(draft, k=k, name=name)
+            )
+        }
         if name == "layers":
-            cands[f"untrained first {n} layers (full head)"] = ModelDrafter(truncated_copy(target, n).model, k=k,
-                                                                             name="untrained")
+            cands[f"untrained first {n} layers (full head)"] = ModelDrafter(
+                truncated_copy(target, n).model, k=k, name="untrained"
+            )
         for label, drafter in cands.items():
             dec = SpeculativeDecoder(target.model, drafter, SamplingConfig(), eos_token_ids(target), plan=plan)
             results = [dec.generate([p], n_new) for p in prompts]
             seqs = [s for r in results for s in r.sequences]
             t_fwd = sum(r.target_forward_time for r in results) / sum(r.target_calls for r in results)
             d_fwd = sum(sum(r.draft_call_time.values()) for r in results) / sum(
-                sum(r.draft_forwards.values()) for r in results)
+                sum(r.draft_forwards.values()) for r in results
+            )
             summ = [r.summary() for r in results]
-            out[label] = {"alpha": per_token_alpha(seqs), "c": d_fwd / t_fwd,
-                          "tokens_per_call": sum(s["emitted"] for s in summ) / sum(s["rounds"] for s in summ)}
+            out[label] = {
+                "alpha": per_token_alpha(seqs),
+                "c": d_fwd / t_fwd,
+                "tokens_per_call": sum(s["emitted"] for s in summ) / sum(s["rounds"] for s in summ),
+            }
     return out
 
 
@@ -87,8 +96,11 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--tree", default='{"widths": [2, 2, 1, 1]}')
     ap.add_argument("--temperature", type=float, default=0.0)
-    ap.add_argument("--drafts", default=None, help="folder with feature/layers/ngram .safetensors "
-                    "(default: the files shipped for the embedded target)")
+    ap.add_argument(
+        "--drafts",
+        default=None,
+        help="folder with feature/layers/ngram .safetensors (default: the files shipped for the embedded target)",
+    )
     args = ap.parse_args()
     files = draft_files(args.drafts)
     target, prompts, cats = setup(args)
@@ -97,8 +109,10 @@ def main() -> None:
     n = args.max_new_tokens
     sampling = SamplingConfig(temperature=args.temperature, seed=0)
     eos = eos_token_ids(target)
-    print(f"{len(prompts)} prompts x {n} tokens, T={args.temperature}, {args.threads} threads, "
-          f"kernel plan {plan.describe()}")
+    print(
+        f"{len(prompts)} prompts x {n} tokens, T={args.temperature}, {args.threads} threads, "
+        f"kernel plan {plan.describe()}"
+    )
     if args.temperature == 0:
         table = acceptance_table(target, prompts, plan, args.k, n, files)
         print(f"{'draft':55s} {'alpha':>6s} {'c':>6s} {'tok/call':>8s}")
@@ -115,7 +129,7 @@ def main() -> None:
         SpeculativeDecoder(target.model, make(), sampling, eos, plan=plan).generate([prompts[0]], 8)
     for rep in range(args.repeats):
         for i, p in enumerate(prompts):
-            order = names[(rep + i) % len(names):] + names[: (rep + i) % len(names)]
+            order = names[(rep + i) % len(names) :] + names[: (rep + i) % len(names)]
             for m in order:  # interleaved: every method sees the machine in the same state
                 t0 = time.perf_counter()
                 if m == "hf":
@@ -139,15 +153,25 @@ def main() -> None:
         ratios = [a / b for a, b in zip(tps, [sorted(ts)[len(ts) // 2] for ts in times["hf"]])]
         g, lo, hi = geomean_ci(ratios)
         same = sum(o == h for o, h in zip(outs[m], outs["hf"])) if args.temperature == 0 else None
-        rows[m] = {"tokens_per_s": sum(tps) / len(tps), "speedup_vs_hf": g, "ci": [lo, hi],
-                   "tokens_per_call": calls[m][0] / calls[m][1] if calls[m][1] else 1.0,
-                   "identical_to_hf": same, "per_prompt_speedup": dict(zip(cats, ratios))}
+        rows[m] = {
+            "tokens_per_s": sum(tps) / len(tps),
+            "speedup_vs_hf": g,
+            "ci": [lo, hi],
+            "tokens_per_call": calls[m][0] / calls[m][1] if calls[m][1] else 1.0,
+            "identical_to_hf": same,
+            "per_prompt_speedup": dict(zip(cats, ratios)),
+        }
         if calls[m][1]:  # where the time of one round goes, milliseconds
             wall, verify, draft = split[m]
-            rows[m]["ms_per_round"] = {"verify": 1e3 * verify / calls[m][1], "draft": 1e3 * draft / calls[m][1],
-                                       "other": 1e3 * (wall - verify - draft) / calls[m][1]}
-        print(f"{m:24s} {rows[m]['tokens_per_s']:7.2f} {g:6.2f} [{lo:5.2f}, {hi:5.2f}]      "
-              f"{rows[m]['tokens_per_call']:8.2f} {'' if same is None else f'{same}/{len(prompts)}':>5s}")
+            rows[m]["ms_per_round"] = {
+                "verify": 1e3 * verify / calls[m][1],
+                "draft": 1e3 * draft / calls[m][1],
+                "other": 1e3 * (wall - verify - draft) / calls[m][1],
+            }
+        print(
+            f"{m:24s} {rows[m]['tokens_per_s']:7.2f} {g:6.2f} [{lo:5.2f}, {hi:5.2f}]      "
+            f"{rows[m]['tokens_per_call']:8.2f} {'' if same is None else f'{same}/{len(prompts)}':>5s}"
+        )
     print(f"\n{'method':24s} per target call (ms): {'verify':>7s} {'draft':>7s} {'other':>7s}")
     for m, r in rows.items():
         if "ms_per_round" in r:
@@ -155,8 +179,16 @@ def main() -> None:
             print(f"{m:24s} {'':21s} {v['verify']:7.1f} {v['draft']:7.1f} {v['other']:7.1f}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"rows": rows, "alpha_c": table if args.temperature == 0 else None,
-                       "plan": plan.describe(), "args": vars(args)}, f, indent=1)
+            json.dump(
+                {
+                    "rows": rows,
+                    "alpha_c": table if args.temperature == 0 else None,
+                    "plan": plan.describe(),
+                    "args": vars(args),
+                },
+                f,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":

@@ -36,7 +36,8 @@ def methods(target, small_layers: int):
         "ngram-tree>target": lambda: KatzNgramDrafter(V, k=4, tree=TreeShape.parse({"widths": [3, 2, 1, 1]})),
         f"small{small_layers}>target": lambda: ModelDrafter(small, k=2, name=f"small{small_layers}"),
         f"ngram>small{small_layers}>target": lambda: ModelDrafter(
-            small, k=4, lower=KatzNgramDrafter(V, k=3), name=f"small{small_layers}"),
+            small, k=4, lower=KatzNgramDrafter(V, k=3), name=f"small{small_layers}"
+        ),
     }
 
 
@@ -56,8 +57,7 @@ def main() -> None:
     rows["hf_generate"] = {"tokens_per_s": n * len(prompts) / hf_time}
     t = time.perf_counter()
     pl = [hf_generate(target.model, p, n, prompt_lookup_num_tokens=5) for p in prompts]
-    rows["hf_prompt_lookup"] = {"tokens_per_s": n * len(prompts) / (time.perf_counter() - t),
-                                "identical": pl == ref}
+    rows["hf_prompt_lookup"] = {"tokens_per_s": n * len(prompts) / (time.perf_counter() - t), "identical": pl == ref}
 
     for name, make in methods(target, args.small_layers).items():
         dec = SpeculativeDecoder(target.model, make(), SamplingConfig())
@@ -78,17 +78,20 @@ def main() -> None:
         rows[name] = row
     base_hf = rows["hf_generate"]["tokens_per_s"]
     base_ar = rows["ar"]["tokens_per_s"]
-    print(f"{len(prompts)} prompts x {n} new tokens, greedy, {args.dtype} on {args.device}, "
-          f"{args.threads} threads")
-    print(f"{'method':28s} {'tok/s':>7s} {'vs HF':>6s} {'vs AR':>6s} {'tok/call':>8s} {'accept':>6s} "
-          f"{'outside fwd':>11s} {'exact':>5s}")
+    print(f"{len(prompts)} prompts x {n} new tokens, greedy, {args.dtype} on {args.device}, {args.threads} threads")
+    print(
+        f"{'method':28s} {'tok/s':>7s} {'vs HF':>6s} {'vs AR':>6s} {'tok/call':>8s} {'accept':>6s} "
+        f"{'outside fwd':>11s} {'exact':>5s}"
+    )
     for name, r in rows.items():
         r["speedup_vs_hf"] = r["tokens_per_s"] / base_hf
         r["speedup_vs_ar"] = r["tokens_per_s"] / base_ar
-        print(f"{name:28s} {r['tokens_per_s']:7.2f} {r['speedup_vs_hf']:6.2f} {r['speedup_vs_ar']:6.2f} "
-              f"{r.get('mean_accepted_tokens_per_call', float('nan')):8.2f} "
-              f"{r.get('acceptance_rate', float('nan')):6.2f} "
-              f"{r.get('share_outside_forwards', float('nan')):11.2%} {str(r.get('identical', True)):>5s}")
+        print(
+            f"{name:28s} {r['tokens_per_s']:7.2f} {r['speedup_vs_hf']:6.2f} {r['speedup_vs_ar']:6.2f} "
+            f"{r.get('mean_accepted_tokens_per_call', float('nan')):8.2f} "
+            f"{r.get('acceptance_rate', float('nan')):6.2f} "
+            f"{r.get('share_outside_forwards', float('nan')):11.2%} {str(r.get('identical', True)):>5s}"
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)

@@ -24,8 +24,7 @@ import torch
 
 from stagedspec.engine.kernels import apply_path, gemm_modules, int4_allowed
 from stagedspec.engine.kv_cache import KVModel
-from stagedspec.evaluation.bench_machine import (floor_pairs, step_bytes, summarize_pairs, time_forward,
-                                                  weight_bytes)
+from stagedspec.evaluation.bench_machine import floor_pairs, step_bytes, summarize_pairs, time_forward, weight_bytes
 from stagedspec.tuning.kernel_calibration import kernel_plan
 from stagedspec.models.model_loading import ModelSpec, load_model
 
@@ -67,22 +66,26 @@ def main() -> None:
             results[name] = summarize_pairs(floor_pairs(fn, nbytes, pairs=args.pairs))
     s = results["step"]
     print(f"{args.target} {args.dtype}, {args.threads} threads, plan {plan.describe()}, context {args.context}")
-    print(f"weight bytes per step: {nbytes / 1e6:.1f} MB (all weights: "
-          f"{weight_bytes(target.model) / 1e6:.1f} MB)")
+    print(f"weight bytes per step: {nbytes / 1e6:.1f} MB (all weights: {weight_bytes(target.model) / 1e6:.1f} MB)")
     print(f"{s['pairs']} pairs per row; medians [range] over the pairs, ratios as geometric means [95% CI]:")
     for name, r in results.items():
-        print(f"  {name}: {r['step_s'] * 1e3:.1f} ms [{r['step_s_range'][0] * 1e3:.1f}, "
-              f"{r['step_s_range'][1] * 1e3:.1f}] = {nbytes / r['step_s'] / 1e9:.1f} GB/s of weights, beside read "
-              f"{r['read_bw'] / 1e9:.1f} GB/s [{r['read_bw_range'][0] / 1e9:.1f}, {r['read_bw_range'][1] / 1e9:.1f}] "
-              f"and copy {r['copy_bw'] / 1e9:.1f} GB/s [{r['copy_bw_range'][0] / 1e9:.1f}, "
-              f"{r['copy_bw_range'][1] / 1e9:.1f}] (bytes copied / s)")
-        print(f"    vs read floor {r['vs_read_floor_geomean']:.2f}x [{r['vs_read_floor_ci'][0]:.2f}, "
-              f"{r['vs_read_floor_ci'][1]:.2f}], vs copy floor {r['vs_copy_floor_geomean']:.2f}x "
-              f"[{r['vs_copy_floor_ci'][0]:.2f}, {r['vs_copy_floor_ci'][1]:.2f}]")
+        print(
+            f"  {name}: {r['step_s'] * 1e3:.1f} ms [{r['step_s_range'][0] * 1e3:.1f}, "
+            f"{r['step_s_range'][1] * 1e3:.1f}] = {nbytes / r['step_s'] / 1e9:.1f} GB/s of weights, beside read "
+            f"{r['read_bw'] / 1e9:.1f} GB/s [{r['read_bw_range'][0] / 1e9:.1f}, {r['read_bw_range'][1] / 1e9:.1f}] "
+            f"and copy {r['copy_bw'] / 1e9:.1f} GB/s [{r['copy_bw_range'][0] / 1e9:.1f}, "
+            f"{r['copy_bw_range'][1] / 1e9:.1f}] (bytes copied / s)"
+        )
+        print(
+            f"    vs read floor {r['vs_read_floor_geomean']:.2f}x [{r['vs_read_floor_ci'][0]:.2f}, "
+            f"{r['vs_read_floor_ci'][1]:.2f}], vs copy floor {r['vs_copy_floor_geomean']:.2f}x "
+            f"[{r['vs_copy_floor_ci'][0]:.2f}, {r['vs_copy_floor_ci'][1]:.2f}]"
+        )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "plan": plan.describe(), "step_bytes": nbytes, "results": results}, f,
-                      indent=1)
+            json.dump(
+                {"args": vars(args), "plan": plan.describe(), "step_bytes": nbytes, "results": results}, f, indent=1
+            )
 
 
 if __name__ == "__main__":

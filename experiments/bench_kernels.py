@@ -57,8 +57,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--single-paths", action="store_true", help="also time one-path plans")
-    ap.add_argument("--mismatch-prompts", type=int, default=0,
-                    help="also compare greedy output with HF generate on this many dev prompts")
+    ap.add_argument(
+        "--mismatch-prompts",
+        type=int,
+        default=0,
+        help="also compare greedy output with HF generate on this many dev prompts",
+    )
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -89,24 +93,34 @@ def main() -> None:
     print(f"context {args.context}, {args.threads} threads, medians of {args.repeats}; fast plan: {fast.describe()}")
     print(f"{'plan':14s} " + " ".join(f"{'T(' + str(n) + ')':>8s}" for n in NS) + "   T(n)/T_hf(1)")
     for name, row in med.items():
-        print(f"{name:14s} " + " ".join(f"{row[n]:8.1f}" for n in NS) + "   "
-              + " ".join(f"{row[n] / hf1:.2f}" for n in NS))
+        print(
+            f"{name:14s} "
+            + " ".join(f"{row[n]:8.1f}" for n in NS)
+            + "   "
+            + " ".join(f"{row[n] / hf1:.2f}" for n in NS)
+        )
     fast_row = med["fast"]
     print(f"goal T(4) <= 1.15 T_hf(1): {fast_row[4] / hf1:.2f};  T(8) <= 1.4 T_hf(1): {fast_row[8] / hf1:.2f}")
     found = []
     if args.mismatch_prompts:
-        _, prompts, _ = setup(SimpleNamespace(prompts=args.mismatch_prompts, threads=args.threads, device="cpu",
-                                              dtype="float32"))
+        _, prompts, _ = setup(
+            SimpleNamespace(prompts=args.mismatch_prompts, threads=args.threads, device="cpu", dtype="float32")
+        )
         hf_model = load_model(ModelSpec(source="embedded")).model  # untouched by the kernels
         found = mismatches(target, hf_model, fast, prompts, args.max_new_tokens)
         diff = [m for m in found if m["first_mismatch"] is not None]
-        print(f"greedy through the fast plan vs HF generate, {len(found)} prompts x {args.max_new_tokens} tokens: "
-              f"{len(diff)} differ" + "".join(f"; at token {m['first_mismatch']} (top-2 logit gap {m['top2_gap']:.2e})"
-                                               for m in diff))
+        print(
+            f"greedy through the fast plan vs HF generate, {len(found)} prompts x {args.max_new_tokens} tokens: "
+            f"{len(diff)} differ"
+            + "".join(f"; at token {m['first_mismatch']} (top-2 logit gap {m['top2_gap']:.2e})" for m in diff)
+        )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"medians_ms": med, "plan": fast.describe(), "calibration_ms": cal.times_ms,
-                       "mismatches": found}, f, indent=1)
+            json.dump(
+                {"medians_ms": med, "plan": fast.describe(), "calibration_ms": cal.times_ms, "mismatches": found},
+                f,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":

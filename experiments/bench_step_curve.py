@@ -53,7 +53,7 @@ def main(argv=None) -> None:
     times: dict[str, dict[int, list[float]]] = {p: {n: [] for n in rows} for p in plans}
     with torch.no_grad():
         for r in range(args.repeats + 1):  # repeat 0: warm-up, not kept
-            for name in (plans if r % 2 else reversed(list(plans))):
+            for name in plans if r % 2 else reversed(list(plans)):
                 with plans[name].active():
                     for n in rows:
                         t = time_forward(kvs[name], ctx, n)
@@ -62,25 +62,38 @@ def main(argv=None) -> None:
     bw.append(read_bandwidth())
     med = {p: {n: statistics.median(v) for n, v in d.items()} for p, d in times.items()}
     nbytes = {p: step_bytes(target.model, plan=plan) for p, plan in plans.items()}
-    lines = [f"## Target step T(n): {target.name}, bfloat16 activations, {args.threads} threads, context {args.context}",
-             "", f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {cpu_name()} ({platform.machine()}), "
-             f"{args.repeats} repeats interleaved, medians (ms). Plan: {q4.describe()}.", "",
-             "| plan | " + " | ".join(f"T({n})" for n in rows) + " | T(16)/T(1) | MB/step (1 row) | read floor ms |",
-             "|---|" + "---|" * (len(rows) + 3)]
+    lines = [
+        f"## Target step T(n): {target.name}, bfloat16 activations, {args.threads} threads, context {args.context}",
+        "",
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {cpu_name()} ({platform.machine()}), "
+        f"{args.repeats} repeats interleaved, medians (ms). Plan: {q4.describe()}.",
+        "",
+        "| plan | " + " | ".join(f"T({n})" for n in rows) + " | T(16)/T(1) | MB/step (1 row) | read floor ms |",
+        "|---|" + "---|" * (len(rows) + 3),
+    ]
     for p in plans:
         floor = nbytes[p] / max(bw) * 1000
         ratio = med[p].get(16, float("nan")) / med[p][rows[0]]
-        lines.append(f"| {p} | " + " | ".join(f"{med[p][n]:.1f}" for n in rows)
-                     + f" | {ratio:.2f} | {nbytes[p] / 1e6:.0f} | {floor:.1f} |")
-    lines += ["", f"Read bandwidth probed before / after: {bw[0] / 1e9:.1f} / {bw[1] / 1e9:.1f} GB/s (the floor uses "
-              "the faster). " + " ".join(f"{p} T(1) / read floor: {med[p][rows[0]] / (nbytes[p] / max(bw) * 1000):.2f}x."
-                                           for p in plans)]
+        lines.append(
+            f"| {p} | "
+            + " | ".join(f"{med[p][n]:.1f}" for n in rows)
+            + f" | {ratio:.2f} | {nbytes[p] / 1e6:.0f} | {floor:.1f} |"
+        )
+    lines += [
+        "",
+        f"Read bandwidth probed before / after: {bw[0] / 1e9:.1f} / {bw[1] / 1e9:.1f} GB/s (the floor uses "
+        "the faster). "
+        + " ".join(f"{p} T(1) / read floor: {med[p][rows[0]] / (nbytes[p] / max(bw) * 1000):.2f}x." for p in plans),
+    ]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
         Path(args.out).write_text(text)
-        Path(args.out).with_suffix(".json").write_text(json.dumps(
-            {"args": vars(args), "plan": q4.describe(), "ms": times, "bytes": nbytes, "read_bw": bw}, indent=1))
+        Path(args.out).with_suffix(".json").write_text(
+            json.dumps(
+                {"args": vars(args), "plan": q4.describe(), "ms": times, "bytes": nbytes, "read_bw": bw}, indent=1
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -94,12 +94,18 @@ def main() -> None:
     for label, dec in decs.items():  # warm-up
         dec.generate([prompts[0][-32:]], 4)
     if choice is not None:
-        info["tree=auto"].update(nodes=len(choice.paths), depth=max(len(p) for p in choice.paths),
-                                 predicted_tokens_per_call=choice.predicted_tokens_per_call,
-                                 predicted_ms_per_call=choice.predicted_ms_per_call, paths=choice.paths)
-        print(f"tree=auto chose {len(choice.paths)} nodes {json.dumps(choice.paths)}: predicted "
-              f"{choice.predicted_tokens_per_call:.2f} tokens/call ({'cached' if choice.cache_hit else 'calibrated'}"
-              f" in {choice.calibration.seconds:.0f} s)")
+        info["tree=auto"].update(
+            nodes=len(choice.paths),
+            depth=max(len(p) for p in choice.paths),
+            predicted_tokens_per_call=choice.predicted_tokens_per_call,
+            predicted_ms_per_call=choice.predicted_ms_per_call,
+            paths=choice.paths,
+        )
+        print(
+            f"tree=auto chose {len(choice.paths)} nodes {json.dumps(choice.paths)}: predicted "
+            f"{choice.predicted_tokens_per_call:.2f} tokens/call ({'cached' if choice.cache_hit else 'calibrated'}"
+            f" in {choice.calibration.seconds:.0f} s)"
+        )
     print(f"warm-up {time.perf_counter() - t0:.0f} s")
     seqs: dict[str, list] = {k: [] for k in decs}
     wall = {k: 0.0 for k in decs}
@@ -118,23 +124,47 @@ def main() -> None:
     for label in decs:
         s = summarize(seqs[label])
         tps = tokens / wall[label]
-        rows.append({"method": label, **info[label], "tokens_per_call": s["mean_accepted_tokens_per_call"],
-                     "nodes_per_call": s.get("tree_nodes_per_call", 0.0), "tokens_per_s": tps,
-                     "speedup": tps / ar_tps, "identical": [x.output_ids for x in seqs[label]] == ref})
-    print(f"{len(prompts)} prompts ({', '.join(cats)}) x {n_new} new tokens, greedy, batch 1, {args.dtype}, "
-          f"{torch.get_num_threads()} threads, kernels {plan.describe()}, drafter {args.drafter}")
+        rows.append(
+            {
+                "method": label,
+                **info[label],
+                "tokens_per_call": s["mean_accepted_tokens_per_call"],
+                "nodes_per_call": s.get("tree_nodes_per_call", 0.0),
+                "tokens_per_s": tps,
+                "speedup": tps / ar_tps,
+                "identical": [x.output_ids for x in seqs[label]] == ref,
+            }
+        )
+    print(
+        f"{len(prompts)} prompts ({', '.join(cats)}) x {n_new} new tokens, greedy, batch 1, {args.dtype}, "
+        f"{torch.get_num_threads()} threads, kernels {plan.describe()}, drafter {args.drafter}"
+    )
     print(f"{'method':30s} {'nodes/call':>10s} {'tok/call':>8s} {'pred':>6s} {'tok/s':>7s} {'speedup':>7s} exact")
     for r in rows:
         pred = r.get("predicted_tokens_per_call")
-        print(f"{r['method']:30s} {r['nodes_per_call']:10.2f} {r['tokens_per_call']:8.2f} "
-              f"{'' if pred is None else f'{pred:.2f}':>6s} {r['tokens_per_s']:7.2f} {r['speedup']:7.2f} "
-              f"{r['identical']}")
+        print(
+            f"{r['method']:30s} {r['nodes_per_call']:10.2f} {r['tokens_per_call']:8.2f} "
+            f"{'' if pred is None else f'{pred:.2f}':>6s} {r['tokens_per_s']:7.2f} {r['speedup']:7.2f} "
+            f"{r['identical']}"
+        )
     if args.json:
-        out = {"settings": {"prompts": len(prompts), "categories": cats, "max_new_tokens": n_new,
-                            "threads": torch.get_num_threads(), "dtype": args.dtype, "device": args.device,
-                            "kernels": plan.describe(), "drafter": args.drafter, "repeats": args.repeats,
-                            "temperature": 0.0, "batch_size": 1},
-               "rows": rows, "tree_auto": choice.artifact() if choice is not None else None}
+        out = {
+            "settings": {
+                "prompts": len(prompts),
+                "categories": cats,
+                "max_new_tokens": n_new,
+                "threads": torch.get_num_threads(),
+                "dtype": args.dtype,
+                "device": args.device,
+                "kernels": plan.describe(),
+                "drafter": args.drafter,
+                "repeats": args.repeats,
+                "temperature": 0.0,
+                "batch_size": 1,
+            },
+            "rows": rows,
+            "tree_auto": choice.artifact() if choice is not None else None,
+        }
         Path(args.json).write_text(json.dumps(out, indent=1))
 
 

@@ -66,16 +66,50 @@ def run(cmd: list[str]) -> tuple[str, str]:
 
 def plain_rate(bin_dir: Path, model: Path, depth: int, n: int, threads: int) -> dict:
     """llama-bench's token generation rate for n tokens at ``depth`` tokens of context."""
-    out, _ = run([str(bin_dir / "llama-bench"), "-m", str(model), "-p", "0", "-n", str(n), "-d", str(depth),
-                  "-t", str(threads), "-r", "1", "-o", "json"])
+    out, _ = run(
+        [
+            str(bin_dir / "llama-bench"),
+            "-m",
+            str(model),
+            "-p",
+            "0",
+            "-n",
+            str(n),
+            "-d",
+            str(depth),
+            "-t",
+            str(threads),
+            "-r",
+            "1",
+            "-o",
+            "json",
+        ]
+    )
     return {"tokens": n, "tokens_per_s": float(json.loads(out)[0]["avg_ts"])}
 
 
-def spec_rate(bin_dir: Path, target: Path, draft: Path, prompt_file: Path, mode: str, n: int, threads: int,
-              temp: float) -> dict:
+def spec_rate(
+    bin_dir: Path, target: Path, draft: Path, prompt_file: Path, mode: str, n: int, threads: int, temp: float
+) -> dict:
     kind, *rest = mode.split(":")
-    cmd = [str(bin_dir / "llama-speculative-simple"), "-m", str(target), "-f", str(prompt_file), "-n", str(n),
-           "-t", str(threads), "--temp", str(temp), "--ignore-eos", "--spec-type", kind, "-c", "4096"]
+    cmd = [
+        str(bin_dir / "llama-speculative-simple"),
+        "-m",
+        str(target),
+        "-f",
+        str(prompt_file),
+        "-n",
+        str(n),
+        "-t",
+        str(threads),
+        "--temp",
+        str(temp),
+        "--ignore-eos",
+        "--spec-type",
+        kind,
+        "-c",
+        "4096",
+    ]
     if kind.startswith("draft"):
         n_max, p_min = rest or ("16", "0.75")
         cmd += ["-md", str(draft), "-td", str(threads), "--spec-draft-n-max", n_max, "--spec-draft-p-min", p_min]
@@ -108,15 +142,19 @@ def main(argv=None) -> None:
             if mode == "plain":
                 r = plain_rate(bin_dir, tgt_gguf, len(ids), args.max_new_tokens, args.threads)
             else:
-                r = spec_rate(bin_dir, tgt_gguf, draft_gguf, prompt_file, mode, args.max_new_tokens, args.threads,
-                              args.temp)
+                r = spec_rate(
+                    bin_dir, tgt_gguf, draft_gguf, prompt_file, mode, args.max_new_tokens, args.threads, args.temp
+                )
             rows.append({"problem": i, "mode": mode, "prompt_tokens": len(ids), **r})
             print(json.dumps(rows[-1]), flush=True)
     summary = {}
     for mode in args.modes.split(","):
         rates = [r["tokens_per_s"] for r in rows if r["mode"] == mode]
-        summary[mode] = {"median_tokens_per_s": statistics.median(rates),
-                         "geomean_tokens_per_s": statistics.geometric_mean(rates), "per_problem": rates}
+        summary[mode] = {
+            "median_tokens_per_s": statistics.median(rates),
+            "geomean_tokens_per_s": statistics.geometric_mean(rates),
+            "per_problem": rates,
+        }
     print(json.dumps(summary, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "rows": rows, "summary": summary}, indent=1))

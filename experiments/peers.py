@@ -76,9 +76,31 @@ from stagedspec.prompts.prompt_sets import load_prompt_set
 REPO = Path(__file__).resolve().parent.parent
 
 
-HASHED = ("data", "data_path", "prompts", "max_new_tokens", "threads", "device", "dtype", "temperature", "k", "tree",
-          "lower_k", "kernels", "assistant_schedule", "prompt_lookup", "early_exit", "target", "draft", "ours",
-          "assistant_tokens", "first_prompt", "stride", "seed", "weights")
+HASHED = (
+    "data",
+    "data_path",
+    "prompts",
+    "max_new_tokens",
+    "threads",
+    "device",
+    "dtype",
+    "temperature",
+    "k",
+    "tree",
+    "lower_k",
+    "kernels",
+    "assistant_schedule",
+    "prompt_lookup",
+    "early_exit",
+    "target",
+    "draft",
+    "ours",
+    "assistant_tokens",
+    "first_prompt",
+    "stride",
+    "seed",
+    "weights",
+)
 """The arguments that change the numbers: the measurements' key (with the draft files)."""
 
 
@@ -90,8 +112,9 @@ def config_hash(args, files: dict[str, Path], methods: list[str] | None = None) 
     d = {k: getattr(args, k, None) for k in HASHED}
     if getattr(args, "split", "all") != "all":  # all: the prompts of before splits, the same hash
         d["split"] = args.split
-    d["files"] = {k: [str(p), p.stat().st_size, p.stat().st_mtime_ns] if p.is_file() else None
-                  for k, p in files.items()}
+    d["files"] = {
+        k: [str(p), p.stat().st_size, p.stat().st_mtime_ns] if p.is_file() else None for k, p in files.items()
+    }
     d["versions"] = [torch.__version__, transformers.__version__]
     d["methods"] = sorted(methods or [])
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -123,12 +146,20 @@ def track(uri: str, data: str, temperature: float, chash: str, tables: dict, md:
     params = {k: getattr(args, k) for k in HASHED}
     rest = {f"peers.{k}": v for k, v in vars(args).items() if k not in HASHED and k != "tracking_uri"}
     for r in tables["overall"]:
-        child = tracker.start_child(parent, f"{chash}-{r['method']}-b{r['batch']}", f"{r['method']} b{r['batch']}",
-                                    {"stagedspec.peers_method": r["method"]}, redo_finished=True)
-        metrics = {"tokens_per_s": r["tokens_per_s"], "speedup_vs_hf": r["speedup_vs_hf"],
-                   "speedup_ci_low": r["ci"][0], "speedup_ci_high": r["ci"][1]}
-        for k in ("tokens_per_call", "acceptance", "differing_outputs", "s_per_target_call",
-                  "min_s_per_target_call"):
+        child = tracker.start_child(
+            parent,
+            f"{chash}-{r['method']}-b{r['batch']}",
+            f"{r['method']} b{r['batch']}",
+            {"stagedspec.peers_method": r["method"]},
+            redo_finished=True,
+        )
+        metrics = {
+            "tokens_per_s": r["tokens_per_s"],
+            "speedup_vs_hf": r["speedup_vs_hf"],
+            "speedup_ci_low": r["ci"][0],
+            "speedup_ci_high": r["ci"][1],
+        }
+        for k in ("tokens_per_call", "acceptance", "differing_outputs", "s_per_target_call", "min_s_per_target_call"):
             if r[k] is not None:
                 metrics[k] = float(r[k])
         tracker.log(child, params={**params, "method": r["method"], "batch": r["batch"]}, metrics=metrics, tags=rest)
@@ -152,37 +183,76 @@ def parse_args(argv=None):
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--batch-sizes", default="1,2,4,8", help="our methods' batch sizes (HF's: 1)")
     ap.add_argument("--temperature", type=float, default=0.0, help="> 0: every method samples")
-    ap.add_argument("--seed", type=int, default=0,
-                    help="repeat r samples with seed SEED + r, every method (HF: torch's global generator)")
+    ap.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="repeat r samples with seed SEED + r, every method (HF: torch's global generator)",
+    )
     ap.add_argument("--k", type=int, default=4, help="draft length of the chains")
-    ap.add_argument("--lower-k", type=int, default=2, help="draft length of the lookup and n-gram chains and of the staged method's n-gram level")
+    ap.add_argument(
+        "--lower-k",
+        type=int,
+        default=2,
+        help="draft length of the lookup and n-gram chains and of the staged method's n-gram level",
+    )
     ap.add_argument("--tree", default='{"widths": [2, 2, 1, 1]}', help="the feature tree; '' for none")
-    ap.add_argument("--drafts", default=None, help="folder with feature/layers/ngram .safetensors "
-                    "(default: the files shipped for the embedded target)")
+    ap.add_argument(
+        "--drafts",
+        default=None,
+        help="folder with feature/layers/ngram .safetensors (default: the files shipped for the embedded target)",
+    )
     ap.add_argument("--kernels", default="fast", choices=["fast", "hf"], help="our methods' kernel plan")
-    ap.add_argument("--assistant-schedule", default="heuristic",
-                    choices=["heuristic", "heuristic_transient", "constant"])
-    ap.add_argument("--prompt-lookup", default="10", help="HF prompt lookup settings, comma-separated N or N:M "
-                    "(prompt_lookup_num_tokens N, max_matching_ngram_size M; HF's default M is 2), e.g. 10,10:3,20:4")
+    ap.add_argument(
+        "--assistant-schedule", default="heuristic", choices=["heuristic", "heuristic_transient", "constant"]
+    )
+    ap.add_argument(
+        "--prompt-lookup",
+        default="10",
+        help="HF prompt lookup settings, comma-separated N or N:M "
+        "(prompt_lookup_num_tokens N, max_matching_ngram_size M; HF's default M is 2), e.g. 10,10:3,20:4",
+    )
     ap.add_argument("--early-exit", type=int, default=4, help="HF assistant_early_exit (layers)")
     ap.add_argument("--out", default=None, help="folder (default outputs/peers/<data>)")
-    ap.add_argument("--tracking-uri", default=None,
-                    help="MLflow URI (default sqlite:///<cwd>/mlflow.db as conf/tracking/sqlite.yaml; 'none': off)")
+    ap.add_argument(
+        "--tracking-uri",
+        default=None,
+        help="MLflow URI (default sqlite:///<cwd>/mlflow.db as conf/tracking/sqlite.yaml; 'none': off)",
+    )
     ap.add_argument("--max-measurements", type=int, default=None, help="stop after this many new measurements")
     ap.add_argument("--no-figure", action="store_true")
     ap.add_argument("--target", default="smollm2-135m", help="packaged target (stagedspec/models/packaged.py)")
-    ap.add_argument("--weights", default="gguf_q4", help="our target's weights: gguf_q4 (the GGUF's own 4-bit "
-                    "blocks where the kernel plan finds them faster) or dense (--dtype throughout), or both "
-                    "(gguf_q4,dense: every method of ours twice, interleaved, '@dense' after the dense one's name); "
-                    "HF's are dense")
-    ap.add_argument("--draft", default=None, help="packaged draft model for HF assisted generation and our "
-                    "'small' level (e.g. qwen2.5-coder-0.5b); with it, --ours names our methods")
-    ap.add_argument("--ours", default="ar,copy:10:1,small:8,ngram:4>small:8>copy:24:8",
-                    help="with --draft: our hierarchies (see parse_ours)")
-    ap.add_argument("--assistant-tokens", type=int, default=8, help="with --draft: HF assisted generation "
-                    "also with a constant schedule of this many tokens (0: not)")
-    ap.add_argument("--hf-methods", default="all", help="with --draft: which HF methods to time (comma list of "
-                    "hf, hf_assisted, hf_assisted_constN, hf_prompt_lookup; without 'hf' the ratios are to our 'ar')")
+    ap.add_argument(
+        "--weights",
+        default="gguf_q4",
+        help="our target's weights: gguf_q4 (the GGUF's own 4-bit "
+        "blocks where the kernel plan finds them faster) or dense (--dtype throughout), or both "
+        "(gguf_q4,dense: every method of ours twice, interleaved, '@dense' after the dense one's name); "
+        "HF's are dense",
+    )
+    ap.add_argument(
+        "--draft",
+        default=None,
+        help="packaged draft model for HF assisted generation and our "
+        "'small' level (e.g. qwen2.5-coder-0.5b); with it, --ours names our methods",
+    )
+    ap.add_argument(
+        "--ours",
+        default="ar,copy:10:1,small:8,ngram:4>small:8>copy:24:8",
+        help="with --draft: our hierarchies (see parse_ours)",
+    )
+    ap.add_argument(
+        "--assistant-tokens",
+        type=int,
+        default=8,
+        help="with --draft: HF assisted generation also with a constant schedule of this many tokens (0: not)",
+    )
+    ap.add_argument(
+        "--hf-methods",
+        default="all",
+        help="with --draft: which HF methods to time (comma list of "
+        "hf, hf_assisted, hf_assisted_constN, hf_prompt_lookup; without 'hf' the ratios are to our 'ar')",
+    )
     ap.add_argument("--first-prompt", type=int, default=0, help="skip this many prompts of the set first")
     ap.add_argument("--stride", type=int, default=1, help="then take every N-th prompt (a spread sample of the set)")
     return ap.parse_args(argv)
@@ -197,14 +267,21 @@ def main(argv=None) -> None:
     files = draft_files(args.drafts)
     batch_sizes = [int(b) for b in args.batch_sizes.split(",") if b.strip()]
     greedy = args.temperature == 0
-    spec = ModelSpec(source="embedded", embedded=args.target, dtype=args.dtype, device=args.device,
-                     weights="gguf_q4" if "gguf_q4" in args.weights.split(",") else "dense")
+    spec = ModelSpec(
+        source="embedded",
+        embedded=args.target,
+        dtype=args.dtype,
+        device=args.device,
+        weights="gguf_q4" if "gguf_q4" in args.weights.split(",") else "dense",
+    )
     target = load_model(spec)
     hf_model = load_model(dataclasses.replace(spec, weights="dense")).model  # untouched: HF's own kernels
     if args.stride < 1:
         raise SystemExit(f"--stride must be >= 1, got {args.stride}")
-    qs = pick_prompts(load_prompt_set(args.data, path=args.data_path, split=args.split)[args.first_prompt::args.stride],
-                      args.prompts)
+    qs = pick_prompts(
+        load_prompt_set(args.data, path=args.data_path, split=args.split)[args.first_prompt :: args.stride],
+        args.prompts,
+    )
     if not qs:
         raise SystemExit(f"no {args.data} prompts in --split {args.split} (a spec_bench file is all dev: --split dev)")
     prompts = [encode_prompt(target.tokenizer, q.turns[:1]) for q in qs]
@@ -228,22 +305,42 @@ def main(argv=None) -> None:
         hf, skipped, info = hf_methods(args, hf_model, target.name, files, eos)
         ours, skipped_ours = our_methods(target, files, args.k, args.tree or None, args.lower_k)
         skipped.update(skipped_ours)
-    methods = {**hf, **{m + suffix: ours_fn(target, make, sampling, eos, p) for m, make in ours.items()
-                        for suffix, p in weight_plans(plan, args.weights).items()}}
+    methods = {
+        **hf,
+        **{
+            m + suffix: ours_fn(target, make, sampling, eos, p)
+            for m, make in ours.items()
+            for suffix, p in weight_plans(plan, args.weights).items()
+        },
+    }
     batches = {m: ([1] if m in hf else batch_sizes) for m in methods}
     chash = config_hash(args, files, list(methods))
     assist = assistant_settings(info["assistant"]) if "assistant" in info else None
-    print(f"{len(prompts)} {args.data} prompts ({args.split} split) x {args.max_new_tokens} tokens, T={args.temperature}, {args.dtype}, "
-          f"{args.threads} threads, kernel plan {plan.describe()}, config {chash}")
+    print(
+        f"{len(prompts)} {args.data} prompts ({args.split} split) x {args.max_new_tokens} tokens, T={args.temperature}, {args.dtype}, "
+        f"{args.threads} threads, kernel plan {plan.describe()}, config {chash}"
+    )
     for m, why in skipped.items():
         print(f"skipped {m}: {why}")
     if assist:
         print(f"HF assistant (at start): {assist}")
-    print(f"physical limit (before the runs): {wbytes / 1e6:.1f} MB of weights per step / "
-          f"{probes['read'][0] / 1e9:.2f} GB/s read = {wbytes / probes['read'][0] * 1e3:.2f} ms per target call at least")
+    print(
+        f"physical limit (before the runs): {wbytes / 1e6:.1f} MB of weights per step / "
+        f"{probes['read'][0] / 1e9:.2f} GB/s read = {wbytes / probes['read'][0] * 1e3:.2f} ms per target call at least"
+    )
 
-    records = run_measurements(methods, batches, prompts, args.max_new_tokens, batch_sizes, args.repeats,
-                               out / "measurements.jsonl", chash, limit=args.max_measurements, seed=args.seed)
+    records = run_measurements(
+        methods,
+        batches,
+        prompts,
+        args.max_new_tokens,
+        batch_sizes,
+        args.repeats,
+        out / "measurements.jsonl",
+        chash,
+        limit=args.max_measurements,
+        seed=args.seed,
+    )
     if assist:
         after = assistant_settings(info["assistant"])
         print(f"HF assistant (after the runs; 'heuristic' carries its count across calls): {after}")
@@ -252,28 +349,44 @@ def main(argv=None) -> None:
     bandwidth = max(probes["read"])  # the strictest floor the run saw
     floor = wbytes / bandwidth
     tables = summarize(records, cats, greedy, floor, reference=REFERENCE if REFERENCE in methods else "ar")
-    head = (f"## Peers: {args.data}, {len(prompts)} {args.split}-split prompts x {args.max_new_tokens} new tokens, T={args.temperature:g}, "
-            f"{args.dtype}, {args.threads} threads, {args.repeats} repeats\n\n"
-            f"Physical limit: {wbytes / 1e6:.1f} MB of weights read per step / {bandwidth / 1e9:.2f} GB/s read "
-            f"bandwidth = **{floor * 1e3:.2f} ms** per target call (column *floor s/call*). Probes before and after "
-            f"the runs: read {', '.join(f'{b / 1e9:.1f}' for b in probes['read'])} GB/s, copy "
-            f"{', '.join(f'{b / 1e9:.1f}' for b in probes['copy'])} GB/s (bytes copied / s; floor at the faster "
-            f"copy: {wbytes / max(probes['copy']) * 1e3:.2f} ms). The bandwidth drifts: "
-            f"experiments/bench_floor.py compares the plain step with probes taken beside each step.\n"
-            + (f"\nHF assisted ({args.draft or 'layers draft'}): schedule {assist['num_assistant_tokens_schedule']}, "
-               f"{assist['num_assistant_tokens']} assistant tokens to start, confidence threshold "
-               f"{assist['assistant_confidence_threshold']}.\n" if assist else "")
-            + "".join(f"\nSkipped {m}: {why}" for m, why in skipped.items()))
+    head = (
+        f"## Peers: {args.data}, {len(prompts)} {args.split}-split prompts x {args.max_new_tokens} new tokens, T={args.temperature:g}, "
+        f"{args.dtype}, {args.threads} threads, {args.repeats} repeats\n\n"
+        f"Physical limit: {wbytes / 1e6:.1f} MB of weights read per step / {bandwidth / 1e9:.2f} GB/s read "
+        f"bandwidth = **{floor * 1e3:.2f} ms** per target call (column *floor s/call*). Probes before and after "
+        f"the runs: read {', '.join(f'{b / 1e9:.1f}' for b in probes['read'])} GB/s, copy "
+        f"{', '.join(f'{b / 1e9:.1f}' for b in probes['copy'])} GB/s (bytes copied / s; floor at the faster "
+        f"copy: {wbytes / max(probes['copy']) * 1e3:.2f} ms). The bandwidth drifts: "
+        f"experiments/bench_floor.py compares the plain step with probes taken beside each step.\n"
+        + (
+            f"\nHF assisted ({args.draft or 'layers draft'}): schedule {assist['num_assistant_tokens_schedule']}, "
+            f"{assist['num_assistant_tokens']} assistant tokens to start, confidence threshold "
+            f"{assist['assistant_confidence_threshold']}.\n"
+            if assist
+            else ""
+        )
+        + "".join(f"\nSkipped {m}: {why}" for m, why in skipped.items())
+    )
     md = markdown(tables, head)
     print(md)
     out.mkdir(parents=True, exist_ok=True)
     (out / "table.md").write_text(md)
-    results = {"config": chash, "args": vars(args), "prompts": [{"question_id": q.question_id, "category": q.category}
-                                                                 for q in qs],
-               "physical": {"step_bytes": wbytes, "bandwidth_bytes_per_s": bandwidth, "min_s_per_target_call": floor,
-                            "read_probes": probes["read"], "copy_probes": probes["copy"]},
-               "assistant": {"start": assist, "end": assistant_settings(info["assistant"]) if assist else None},
-               "skipped": skipped, "plan": plan.describe(), "tables": tables}
+    results = {
+        "config": chash,
+        "args": vars(args),
+        "prompts": [{"question_id": q.question_id, "category": q.category} for q in qs],
+        "physical": {
+            "step_bytes": wbytes,
+            "bandwidth_bytes_per_s": bandwidth,
+            "min_s_per_target_call": floor,
+            "read_probes": probes["read"],
+            "copy_probes": probes["copy"],
+        },
+        "assistant": {"start": assist, "end": assistant_settings(info["assistant"]) if assist else None},
+        "skipped": skipped,
+        "plan": plan.describe(),
+        "tables": tables,
+    }
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1, default=str))

@@ -5,6 +5,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck disable=SC1091
 . scripts/install.sh
 export TQDM_DISABLE=1
+# the formatter and linter first (pyproject.toml [tool.ruff]): seconds, and a failure names the file
+ruff format --check --quiet . || { echo "test: ruff format --check failed: run 'ruff format .'" >&2; exit 1; }
+ruff check --quiet .
 rc=0
 python -m pytest -q "$@" || rc=$?
 if [ "$rc" -eq 5 ]; then

@@ -13,21 +13,35 @@ from stagedspec.models.model_loading import LoadedModel, ModelSpec, load_model, 
 VOCAB = 128
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def tiny_target(vocab: int = VOCAB, layers: int = 3, seed: int = 0, init: float = 0.02) -> LoadedModel:
-    spec = ModelSpec(source="tiny", seed=seed, tiny={
-        "vocab_size": vocab, "num_hidden_layers": layers, "initializer_range": init,
-    })
+    spec = ModelSpec(
+        source="tiny",
+        seed=seed,
+        tiny={
+            "vocab_size": vocab,
+            "num_hidden_layers": layers,
+            "initializer_range": init,
+        },
+    )
     return load_model(spec)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def other_small(vocab: int = VOCAB, seed: int = 1, init: float = 0.02) -> torch.nn.Module:
     """An unrelated random model sharing the vocabulary: its drafts are mostly rejected."""
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                      num_key_value_heads=1, intermediate_size=64, max_position_embeddings=512,
-                      tie_word_embeddings=False, initializer_range=init)
+    cfg = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        intermediate_size=64,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+        initializer_range=init,
+    )
     return LlamaForCausalLM(cfg).eval()
 
 
@@ -49,16 +63,21 @@ def hierarchy(kind: str, target: LoadedModel, k: int, tree=None, lower_k: int = 
     if kind == "lookup>small":
         return ModelDrafter(first1, k=k, lower=PromptLookupDrafter(k=lower_k))
     if kind == "ngram>other>small":
-        mid = ModelDrafter(other_small(target.vocab_size), k=lower_k,
-                           lower=KatzNgramDrafter(target.vocab_size, k=2), name="other")
+        mid = ModelDrafter(
+            other_small(target.vocab_size), k=lower_k, lower=KatzNgramDrafter(target.vocab_size, k=2), name="other"
+        )
         return ModelDrafter(first1, k=k, lower=mid)
     if kind == "copy>ngram>small":  # long matches (here >= 2 tokens) straight to the target, else staged
-        return BypassDrafter(ModelDrafter(first1, k=k, lower=KatzNgramDrafter(target.vocab_size, k=lower_k)),
-                             k=2 * k, min_match=2)
+        return BypassDrafter(
+            ModelDrafter(first1, k=k, lower=KatzNgramDrafter(target.vocab_size, k=lower_k)), k=2 * k, min_match=2
+        )
     if kind == "copy>small":
         return BypassDrafter(ModelDrafter(first1, k=k), k=k, min_match=3)
     if kind == "copy1-miss>ngram>small":  # copy on any match, but after a missed copy the staged draft
-        return BypassDrafter(ModelDrafter(first1, k=k, lower=KatzNgramDrafter(target.vocab_size, k=lower_k)),
-                             k=2 * k, min_match=1, miss_below=2)
+        return BypassDrafter(
+            ModelDrafter(first1, k=k, lower=KatzNgramDrafter(target.vocab_size, k=lower_k)),
+            k=2 * k,
+            min_match=1,
+            miss_below=2,
+        )
     raise ValueError(kind)
-

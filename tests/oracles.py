@@ -43,9 +43,15 @@ N_NEW = 40
 
 
 def hf_greedy(model: torch.nn.Module, prompt: list[int], n: int) -> list[int]:
-    out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                         max_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0)
-    return out[0, len(prompt):].tolist()
+    out = model.generate(
+        torch.tensor([prompt]),
+        attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+        max_new_tokens=n,
+        do_sample=False,
+        eos_token_id=None,
+        pad_token_id=0,
+    )
+    return out[0, len(prompt) :].tolist()
 
 
 def tiny_prompts(n: int, seed: int = 3) -> list[list[int]]:
@@ -58,7 +64,7 @@ def tiny_prompts(n: int, seed: int = 3) -> list[list[int]]:
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def hf_reference(n: int) -> tuple[tuple[int, ...], ...]:
     """HF greedy's ``N_NEW`` tokens after each of the first ``n`` tiny prompts, on the tiny target."""
     target = tiny_target()
@@ -94,7 +100,7 @@ def chi2_critical(df: int, z: float = ALPHA_Z) -> float:
     return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def chi2_models():
     """(target, draft) of the chi-square set-up."""
     target = tiny_target(vocab=V, layers=2, seed=0, init=0.3)
@@ -104,7 +110,7 @@ def chi2_models():
     return target, draft
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def exact_pairs(cfg: SamplingConfig) -> dict[tuple[int, int], torch.Tensor]:
     """For each pair of positions, the exact joint of the emitted tokens there, from the
     target's processed distribution along all V^4 paths."""
@@ -138,23 +144,29 @@ def chi2(counts: torch.Tensor, probs: torch.Tensor) -> tuple[float, int]:
     return float(stat), df
 
 
-def draw(drafter_factory, cfg: SamplingConfig, n: int, batch: int = 1000,
-         plan: KernelPlan = HF_PLAN) -> dict[tuple[int, int], torch.Tensor]:
+def draw(
+    drafter_factory, cfg: SamplingConfig, n: int, batch: int = 1000, plan: KernelPlan = HF_PLAN
+) -> dict[tuple[int, int], torch.Tensor]:
     """Counts of each pair of emitted tokens over ``n`` rows, ``batch`` rows per decode,
     every forward (target and draft levels) through ``plan``."""
     target, _ = chi2_models()
     counts = {pair: torch.zeros(V * V) for pair in PAIRS}
     for i in range(n // batch):
-        dec = SpeculativeDecoder(target.model, drafter_factory(), SamplingConfig(
-            temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p, seed=cfg.seed + i), plan=plan)
+        dec = SpeculativeDecoder(
+            target.model,
+            drafter_factory(),
+            SamplingConfig(temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p, seed=cfg.seed + i),
+            plan=plan,
+        )
         for s in dec.generate([PROMPT] * batch, N_TOKENS).sequences:
             for a, b in PAIRS:
                 counts[(a, b)][s.output_ids[a] * V + s.output_ids[b]] += 1
     return counts
 
 
-def statistics(factory, cfg: SamplingConfig, n: int | None = None,
-               plan: KernelPlan = HF_PLAN) -> list[tuple[str, float, int, float]]:
+def statistics(
+    factory, cfg: SamplingConfig, n: int | None = None, plan: KernelPlan = HF_PLAN
+) -> list[tuple[str, float, int, float]]:
     """(pair, chi2, df, Bonferroni critical value) for each tested pair; the exact joints
     always come from Hugging Face's own forward, whatever ``plan`` the decoding uses."""
     exact, counts = exact_pairs(cfg), draw(factory, cfg, n or N, getattr(factory, "batch", 1000), plan)
@@ -165,7 +177,7 @@ def statistics(factory, cfg: SamplingConfig, n: int | None = None,
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def lower_model():
     """A third random model for a staged level's lower stage (batched, unlike an n-gram
     LM per row, so the staged cases cost what the others do; ``test_drafts.py`` tests an
@@ -180,7 +192,7 @@ def staged_drafter():
 
 
 # ---------------------------------------------------------------------------- trained drafts
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def trained_drafts():
     """(feature, layers) drafts of the tiny target, untrained."""
     target = tiny_target()
@@ -189,7 +201,7 @@ def trained_drafts():
     return build_draft(target.model, "feature", 1, subset), build_draft(target.model, "layers", 1, torch.arange(128))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def peaked():
     """The sampling test's target (8 tokens, peaked) and drafts around it."""
     target = tiny_target(vocab=V, layers=2, seed=0, init=0.3)
@@ -221,8 +233,11 @@ def draw_positions_3_4(factory, cfg: SamplingConfig, n: int, batch: int = 1000) 
     target = peaked()[0]
     counts = torch.zeros(V * V)
     for i in range(n // batch):
-        dec = SpeculativeDecoder(target.model, factory(), SamplingConfig(
-            temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p, seed=cfg.seed + i))
+        dec = SpeculativeDecoder(
+            target.model,
+            factory(),
+            SamplingConfig(temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p, seed=cfg.seed + i),
+        )
         for s in dec.generate([PROMPT] * batch, 4).sequences:
             counts[s.output_ids[2] * V + s.output_ids[3]] += 1
     return counts

@@ -17,7 +17,8 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import CompactHydraException, HydraException

@@ -34,8 +34,21 @@ from .tracking import Tracker, context_tags
 
 log = logging.getLogger(__name__)
 
-KEYS = {"target", "tracking", "experiment_name", "seed", "device", "kernels", "out_dir", "corpus", "designs",
-        "n_layers", "vocab_size", "heldout", "train"}
+KEYS = {
+    "target",
+    "tracking",
+    "experiment_name",
+    "seed",
+    "device",
+    "kernels",
+    "out_dir",
+    "corpus",
+    "designs",
+    "n_layers",
+    "vocab_size",
+    "heldout",
+    "train",
+}
 
 
 def distill_spec(cfg: DictConfig) -> tuple[object, DistillSpec]:
@@ -53,8 +66,13 @@ def distill_spec(cfg: DictConfig) -> tuple[object, DistillSpec]:
         missing = [d for d in designs if d not in n_layers]
         if missing:
             raise ValueError(f"n_layers has no entry for design(s) {missing}; give e.g. n_layers.{missing[0]}=1")
-        settings = DistillSpec(corpus=corpus, designs={d: n_layers[d] for d in designs}, vocab_size=cfg.vocab_size,
-                               heldout=cfg.heldout, train=train)
+        settings = DistillSpec(
+            corpus=corpus,
+            designs={d: n_layers[d] for d in designs},
+            vocab_size=cfg.vocab_size,
+            heldout=cfg.heldout,
+            train=train,
+        )
         settings.validate()
     except (TypeError, ValueError, FileNotFoundError) as e:
         raise ConfigError(str(e)) from e
@@ -77,12 +95,23 @@ def run_distill(cfg: DictConfig) -> None:
     run_id = None
     if uri:
         tracker = Tracker(uri, cfg.experiment_name, cfg.tracking.get("artifact_location"))
-        run = tracker.client.create_run(tracker.experiment_id, run_name=f"distill V={settings.vocab_size} "
-                                        + " ".join(f"{d}{n}" for d, n in settings.designs.items()), tags=context_tags())
+        run = tracker.client.create_run(
+            tracker.experiment_id,
+            run_name=f"distill V={settings.vocab_size} " + " ".join(f"{d}{n}" for d, n in settings.designs.items()),
+            tags=context_tags(),
+        )
         run_id = run.info.run_id
-        tracker.log(run_id, params={"target": spec.source, "vocab_size": settings.vocab_size,
-                                    "designs": json.dumps(settings.designs), "corpus": json.dumps(plain(cfg.corpus)),
-                                    "train": json.dumps(plain(cfg.train)), "seed": cfg.seed})
+        tracker.log(
+            run_id,
+            params={
+                "target": spec.source,
+                "vocab_size": settings.vocab_size,
+                "designs": json.dumps(settings.designs),
+                "corpus": json.dumps(plain(cfg.corpus)),
+                "train": json.dumps(plain(cfg.train)),
+                "seed": cfg.seed,
+            },
+        )
 
     def on_metrics(metrics: dict[str, float], step: int | None) -> None:
         if tracker is not None:
@@ -91,11 +120,21 @@ def run_distill(cfg: DictConfig) -> None:
     status = "FAILED"
     try:
         target = load_cached(spec)
-        recipe = {"command": "python -m stagedspec.distill " + " ".join(sys.argv[1:]),
-                  "config": OmegaConf.to_container(cfg, resolve=True) if "hydra" not in cfg else
-                  {k: plain(cfg[k]) for k in cfg if k != "hydra"}}
-        paths = distill(target, settings, Path(cfg.out_dir), spec.resolved_cache_dir(), on_metrics=on_metrics,
-                        recipe=recipe, kernels=kernel_plan(target, cfg.kernels))
+        recipe = {
+            "command": "python -m stagedspec.distill " + " ".join(sys.argv[1:]),
+            "config": OmegaConf.to_container(cfg, resolve=True)
+            if "hydra" not in cfg
+            else {k: plain(cfg[k]) for k in cfg if k != "hydra"},
+        }
+        paths = distill(
+            target,
+            settings,
+            Path(cfg.out_dir),
+            spec.resolved_cache_dir(),
+            on_metrics=on_metrics,
+            recipe=recipe,
+            kernels=kernel_plan(target, cfg.kernels),
+        )
         for name, path in paths.items():
             log.info("%s: %s", name, path)
             if tracker is not None:

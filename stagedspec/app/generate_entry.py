@@ -51,10 +51,13 @@ def generate_one(cfg: DictConfig, view: StreamView | None = None) -> dict:
         view.finish()
     plain = ar.generate([ids], plan.max_new_tokens) if ar is not None else None
     return {
-        "method": plan.method, "levels": [lv.name for lv in plan.levels],
-        "text": ids_to_text(target, res.sequences[0].output_ids), "result": res,
+        "method": plan.method,
+        "levels": [lv.name for lv in plan.levels],
+        "text": ids_to_text(target, res.sequences[0].output_ids),
+        "result": res,
         "plain_text": ids_to_text(target, plain.sequences[0].output_ids) if plain is not None else None,
-        "plain_result": plain, "greedy": plan.sampling.greedy,
+        "plain_result": plain,
+        "greedy": plan.sampling.greedy,
     }
 
 
@@ -76,17 +79,24 @@ def report(out: dict, streamed: bool = False) -> str:
     res, plain = out["result"], out["plain_result"]
     seq = res.sequences[0]
     s = res.summary()
-    lines = ([] if streamed else [out["text"], ""]) + [f"--- {out['method']}: {len(seq.output_ids)} tokens in {len(seq.rounds)} target calls, "
-             f"{s['tokens_per_s']:.1f} tokens/s"]
+    lines = ([] if streamed else [out["text"], ""]) + [
+        f"--- {out['method']}: {len(seq.output_ids)} tokens in {len(seq.rounds)} target calls, "
+        f"{s['tokens_per_s']:.1f} tokens/s"
+    ]
     if plain is not None:
         p = plain.summary()
         pseq = plain.sequences[0]
         speedup = s["tokens_per_s"] / p["tokens_per_s"] if p["tokens_per_s"] > 0 else float("nan")
         same = pseq.output_ids == seq.output_ids
-        verdict = ("identical (greedy: must be)" if same else "DIFFERENT (a bug: greedy must match)") if out["greedy"] \
+        verdict = (
+            ("identical (greedy: must be)" if same else "DIFFERENT (a bug: greedy must match)")
+            if out["greedy"]
             else ("identical" if same else "different (sampling: expected; the distribution is the same)")
-        lines.append(f"--- plain decoding: {len(pseq.output_ids)} tokens in {len(pseq.rounds)} target calls, "
-                     f"{p['tokens_per_s']:.1f} tokens/s; speedup {speedup:.2f}x; outputs {verdict}")
+        )
+        lines.append(
+            f"--- plain decoding: {len(pseq.output_ids)} tokens in {len(pseq.rounds)} target calls, "
+            f"{p['tokens_per_s']:.1f} tokens/s; speedup {speedup:.2f}x; outputs {verdict}"
+        )
     lines += [""] + round_table(out["levels"], res)
     keys = ["mean_accepted_tokens_per_call", "acceptance_rate", "wasted_target_fraction", "share_outside_forwards"]
     lines.append("  ".join(f"{k}={s[k]:.3f}" for k in keys if k in s))

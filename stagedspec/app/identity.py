@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -19,8 +20,10 @@ HASH_EXCLUDED_KEYS = ("hydra", "tracking", "experiment_name", "resume")
 """Top-level keys that do not change a job's results: where it is logged, not what it does."""
 
 HASHED_TARGETS = {
-    **{f"stagedspec.drafters.hierarchy.{c}": f"stagedspec.hierarchy.{c}"
-       for c in ("NgramLevel", "PromptLookupLevel", "BypassLevel", "ModelLevel", "TrainedLevel")},
+    **{
+        f"stagedspec.drafters.hierarchy.{c}": f"stagedspec.hierarchy.{c}"
+        for c in ("NgramLevel", "PromptLookupLevel", "BypassLevel", "ModelLevel", "TrainedLevel")
+    },
     "stagedspec.models.model_loading.ModelSpec": "stagedspec.models.ModelSpec",
     "stagedspec.engine.sampling.SamplingConfig": "stagedspec.sampling.SamplingConfig",
 }
@@ -123,8 +126,9 @@ def job_params(cfg: DictConfig, plan: Any) -> dict[str, Any]:
     the method names the levels in their order). config.yaml among the artifacts holds
     everything."""
     payload = _without(cfg, ("hydra", "tree", "levels", *HASH_EXCLUDED_KEYS))
-    payload["levels"] = {s: {k: v for k, v in d.items() if k not in ("_target_", "stage", "enabled")}
-                         for s, d in level_slots(cfg)}
+    payload["levels"] = {
+        s: {k: v for k, v in d.items() if k not in ("_target_", "stage", "enabled")} for s, d in level_slots(cfg)
+    }
     top = plan.levels[-1].name if plan.levels else None
     repeats = {"sampling.temperature", f"levels.{top}.k"}
     out = dict(plan.params)

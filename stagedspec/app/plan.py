@@ -21,8 +21,18 @@ from omegaconf import DictConfig
 from stagedspec.drafters.hierarchy import target_facing
 from stagedspec.metrics.run_schema import method_name
 from .validation import (
-    CONF_DIR, ConfigError, check_caches, check_context, check_keys, check_vocab_sizes, checked_levels, checked_target,
-    heldout_questions, instantiate, job_settings, load_data,
+    CONF_DIR,
+    ConfigError,
+    check_caches,
+    check_context,
+    check_keys,
+    check_vocab_sizes,
+    checked_levels,
+    checked_target,
+    heldout_questions,
+    instantiate,
+    job_settings,
+    load_data,
 )
 
 __all__ = ["CONF_DIR", "ConfigError", "JobPlan", "validate_cfg"]
@@ -93,9 +103,14 @@ class JobPlan:
         """What the job is, in a few MLflow params (logged beside the flattened config,
         ``identity.job_params``, which leaves out the config keys these repeat)."""
         return {
-            "method": self.method, "draft_k": self.draft_k, "temperature": self.sampling.temperature,
-            "batch_size": self.batch_size, "tree": self.tree, "n_levels": len(self.levels),
-            "n_questions": len(self.questions), "n_prompts": sum(len(q.turns) for q in self.questions),
+            "method": self.method,
+            "draft_k": self.draft_k,
+            "temperature": self.sampling.temperature,
+            "batch_size": self.batch_size,
+            "tree": self.tree,
+            "n_levels": len(self.levels),
+            "n_questions": len(self.questions),
+            "n_prompts": sum(len(q.turns) for q in self.questions),
             "kernels": self.kernels,
         }
 
@@ -131,11 +146,23 @@ def validate_cfg(cfg: DictConfig, with_data: bool = True, extra_keys: tuple[str,
     check_caches(target, levels)
     path, questions, data_name = load_data(cfg) if with_data else (None, [], None)
     heldout: list[Any] = []
-    if with_data and settings["prediction_prompts"] and settings["prediction_source"] == "heldout" and levels \
-            and settings["baseline"]:
+    if (
+        with_data
+        and settings["prediction_prompts"]
+        and settings["prediction_source"] == "heldout"
+        and levels
+        and settings["baseline"]
+    ):
         heldout = heldout_questions(cfg, questions, data_name)
     return JobPlan(
-        target=target, levels=levels, sampling=sampling, questions=questions, data_path=path, data_name=data_name,
-        device=str(cfg.get("device")), experiment_name=cfg.get("experiment_name"), heldout_questions=heldout,
+        target=target,
+        levels=levels,
+        sampling=sampling,
+        questions=questions,
+        data_path=path,
+        data_name=data_name,
+        device=str(cfg.get("device")),
+        experiment_name=cfg.get("experiment_name"),
+        heldout_questions=heldout,
         **settings,
     )

@@ -87,8 +87,10 @@ def execute(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, flo
     config_yaml = OmegaConf.to_yaml(_task_cfg(cfg), resolve=True)
     params = job_params(cfg, plan)
     tags = {
-        "stagedspec.method": plan.method, "stagedspec.device": plan.device,
-        "stagedspec.experiment": plan.experiment_name, "stagedspec.data": plan.data_name,
+        "stagedspec.method": plan.method,
+        "stagedspec.device": plan.device,
+        "stagedspec.experiment": plan.experiment_name,
+        "stagedspec.data": plan.data_name,
     }
     top = plan.levels[-1].name if plan.levels else None
     name = run_name(plan.run_name, hc.overrides.task if hc is not None else [], swept(), top)
@@ -104,8 +106,14 @@ def execute(cfg: DictConfig, out_dir: str | Path | None = None) -> dict[str, flo
 
 
 def _run_job(
-    plan: JobPlan, out_dir: Path, job_num: int, config_yaml: str, params: dict[str, Any],
-    tracker: Tracker | NoTracker, run_id: str | None, name: str = "",
+    plan: JobPlan,
+    out_dir: Path,
+    job_num: int,
+    config_yaml: str,
+    params: dict[str, Any],
+    tracker: Tracker | NoTracker,
+    run_id: str | None,
+    name: str = "",
 ) -> dict[str, float]:
     """The job's steps: assemble it (load, calibrate, resolve tree=auto, warm up), predict,
     decode method and baseline paired, measure, write the files and log the run."""
@@ -114,9 +122,18 @@ def _run_job(
     _log_assembly(plan, job, out_dir, tracker, run_id)
     prediction = _predict(plan, job, tracker, run_id)
     with logging_redirect_tqdm():  # method and baseline interleaved batch by batch, `repeats` times each
-        run, ar = decode_paired(job.method, job.baseline, target, plan.questions, batch_size=plan.batch_size,
-                                max_new_tokens=plan.max_new_tokens, max_prompt=job.max_prompt, repeats=plan.repeats,
-                                seed=plan.seed, after_batch=lambda: _maybe_fail(job_num))
+        run, ar = decode_paired(
+            job.method,
+            job.baseline,
+            target,
+            plan.questions,
+            batch_size=plan.batch_size,
+            max_new_tokens=plan.max_new_tokens,
+            max_prompt=job.max_prompt,
+            repeats=plan.repeats,
+            seed=plan.seed,
+            after_batch=lambda: _maybe_fail(job_num),
+        )
         if plan.baseline and not plan.levels:
             ar = run  # the method *is* the baseline: speedup 1 by definition
     compared = ar is not None and ar is not run  # plain decoding ran beside the method
@@ -131,13 +148,25 @@ def _run_job(
     if job.tree_choice is not None:  # the tree's prediction beside what the run measured (tokens_per_call)
         metrics.update(job.tree_choice.metrics())
     _write(out_dir, run.records + plain, metrics, config_yaml)
-    (out_dir / "view.html").write_text(job_page(
-        plan.method, [lv.name for lv in plan.levels], run.records, lambda ids: ids_to_text(target, ids),
-        {q.question_id: q.turns for q in plan.questions}), encoding="utf-8")
+    (out_dir / "view.html").write_text(
+        job_page(
+            plan.method,
+            [lv.name for lv in plan.levels],
+            run.records,
+            lambda ids: ids_to_text(target, ids),
+            {q.question_id: q.turns for q in plan.questions},
+        ),
+        encoding="utf-8",
+    )
     log.info(
-        "%s: %.2f tok/s%s, %.2f tokens/call, acceptance %.3f over %d prompts -> %s", plan.method,
-        metrics["tokens_per_s"], f" (AR {metrics['ar_tokens_per_s']:.2f}, speedup {metrics['speedup']:.3f})" if ar else "",
-        metrics["mean_accepted_tokens_per_call"], metrics.get("acceptance_rate", float("nan")), len(run.records), out_dir,
+        "%s: %.2f tok/s%s, %.2f tokens/call, acceptance %.3f over %d prompts -> %s",
+        plan.method,
+        metrics["tokens_per_s"],
+        f" (AR {metrics['ar_tokens_per_s']:.2f}, speedup {metrics['speedup']:.3f})" if ar else "",
+        metrics["mean_accepted_tokens_per_call"],
+        metrics.get("acceptance_rate", float("nan")),
+        len(run.records),
+        out_dir,
     )
     _log_results(plan, out_dir, params, metrics, run.records, plain, tracker, run_id, name, job.tree_choice is not None)
     return metrics
@@ -153,15 +182,19 @@ def _assemble(plan: JobPlan) -> Job:
 
 def _log_assembly(plan: JobPlan, job: Job, out_dir: Path, tracker: Tracker | NoTracker, run_id: str | None) -> None:
     """The models, the kernel plan and tree=auto's choice (also written to tree_auto.json)."""
-    tracker.log(run_id, tags={"stagedspec.target_model": job.target.name,
-                              "stagedspec.draft_models": json.dumps(job.draft_models)})
+    tracker.log(
+        run_id,
+        tags={"stagedspec.target_model": job.target.name, "stagedspec.draft_models": json.dumps(job.draft_models)},
+    )
     tracker.log(run_id, tags={"stagedspec.kernel_plan": job.kernels.describe()})
     choice = job.tree_choice
     if choice is not None:
         (out_dir / "tree_auto.json").write_text(json.dumps(choice.artifact(), indent=1, default=str))
-        tracker.log(run_id, params=choice.params(),
-                    tags={"stagedspec.tree_auto": f"{len(choice.paths)} nodes, source "
-                                                  f"{choice.calibration.key.get('source')}"})
+        tracker.log(
+            run_id,
+            params=choice.params(),
+            tags={"stagedspec.tree_auto": f"{len(choice.paths)} nodes, source {choice.calibration.key.get('source')}"},
+        )
 
 
 def _predict(plan: JobPlan, job: Job, tracker: Tracker | NoTracker, run_id: str | None) -> dict[str, float]:
@@ -171,20 +204,46 @@ def _predict(plan: JobPlan, job: Job, tracker: Tracker | NoTracker, run_id: str 
         return {}
     n = -(-max(plan.prediction_prompts, plan.batch_size) // plan.batch_size) * plan.batch_size
     tokens = min(plan.prediction_tokens, plan.max_new_tokens)  # more than the job decodes samples nothing it sees
-    ids, where = calibration_ids(job.target, plan.prediction_source, n, plan.heldout_questions, job.max_prompt,
-                                 tokens=tokens, data_name=plan.data_name)
-    prediction = predict(job.method, job.baseline, ids, tokens=tokens, batch_size=plan.batch_size,
-                         max_new_tokens=plan.max_new_tokens, seed=plan.seed)
+    ids, where = calibration_ids(
+        job.target,
+        plan.prediction_source,
+        n,
+        plan.heldout_questions,
+        job.max_prompt,
+        tokens=tokens,
+        data_name=plan.data_name,
+    )
+    prediction = predict(
+        job.method,
+        job.baseline,
+        ids,
+        tokens=tokens,
+        batch_size=plan.batch_size,
+        max_new_tokens=plan.max_new_tokens,
+        seed=plan.seed,
+    )
     if prediction:
         tracker.log(run_id, params={"prediction.calibration": where})
-        log.info("predicted before timing: %.2fx, %.2f tokens/call (%s)", prediction["predicted_speedup"],
-                 prediction["predicted_tokens_per_call"], where)
+        log.info(
+            "predicted before timing: %.2fx, %.2f tokens/call (%s)",
+            prediction["predicted_speedup"],
+            prediction["predicted_tokens_per_call"],
+            where,
+        )
     return prediction
 
 
 def _log_results(
-    plan: JobPlan, out_dir: Path, params: dict[str, Any], metrics: dict[str, float], records: list[dict],
-    plain: list[dict], tracker: Tracker | NoTracker, run_id: str | None, name: str, tree_auto: bool,
+    plan: JobPlan,
+    out_dir: Path,
+    params: dict[str, Any],
+    metrics: dict[str, float],
+    records: list[dict],
+    plain: list[dict],
+    tracker: Tracker | NoTracker,
+    run_id: str | None,
+    name: str,
+    tree_auto: bool,
 ) -> None:
     """Params, metrics, the description, the outputs table and the artifacts, to the run."""
     tracker.log(run_id, params=params, metrics=metrics)
@@ -200,7 +259,7 @@ def _log_results(
 
 
 def _data_text(plan: JobPlan) -> str:
-    """"mt_bench (8 questions, 8 prompt turns)"."""
+    """ "mt_bench (8 questions, 8 prompt turns)"."""
     turns = sum(len(q.turns) for q in plan.questions)
     return f"{plan.data_name} ({len(plan.questions)} questions, {turns} prompt turns)"
 
@@ -210,9 +269,24 @@ def outputs_table(plan: JobPlan, records: list[dict], ar_records: list[dict]) ->
     plain decoding's answer beside it (``log_table``: a table in the MLflow UI)."""
     questions = {q.question_id: q for q in plan.questions}
     ar = {(r["question_id"], r["turn"]): r for r in ar_records}
-    cols: dict[str, list] = {k: [] for k in (
-        "question_id", "category", "turn", "question", "answer", "new_tokens", "target_calls", "tokens_per_call",
-        "finished", "plain_answer", "same_as_plain", "first_divergence", "divergence_gap_steps")}
+    cols: dict[str, list] = {
+        k: []
+        for k in (
+            "question_id",
+            "category",
+            "turn",
+            "question",
+            "answer",
+            "new_tokens",
+            "target_calls",
+            "tokens_per_call",
+            "finished",
+            "plain_answer",
+            "same_as_plain",
+            "first_divergence",
+            "divergence_gap_steps",
+        )
+    }
     for r in records:
         calls = len(r["rounds"])
         other = ar.get((r["question_id"], r["turn"]))

@@ -75,7 +75,8 @@ class TrackingCallback(Callback):
             sweep_dir = Path(hc.sweep.dir)
             sweep_dir.mkdir(parents=True, exist_ok=True)
             (sweep_dir / PARENT_FILE).write_text(
-                json.dumps({"parent_run_id": self.parent_run_id, "sweep_id": sid, "swept": swept}))
+                json.dumps({"parent_run_id": self.parent_run_id, "sweep_id": sid, "swept": swept})
+            )
             (sweep_dir / "overrides.yaml").write_text("\n".join(lines) + "\n" if lines else "[]\n")
             self.tracker.log_artifact(self.parent_run_id, sweep_dir / "overrides.yaml", "hydra")
 
@@ -124,4 +125,3 @@ def _parent_file() -> Path | None:
         if f.is_file():
             return f
     return None
-

@@ -60,16 +60,27 @@ SYSTEM_METRICS_INTERVAL_S = 5.0
 """psutil samples every 5 s, one small write each: a few per job, no measurable cost."""
 
 HEADLINE = (
-    "speedup", "speedup_ci_low", "speedup_ci_high", "mean_accepted_tokens_per_call", "acceptance_rate",
-    "wasted_target_fraction", "tokens_per_s", "ar_tokens_per_s",
+    "speedup",
+    "speedup_ci_low",
+    "speedup_ci_high",
+    "mean_accepted_tokens_per_call",
+    "acceptance_rate",
+    "wasted_target_fraction",
+    "tokens_per_s",
+    "ar_tokens_per_s",
 )
 """The numbers a reader looks for first, in this order (the CI bounds only when the job
 metrics carry them)."""
 STEPPED = ("position_acceptance",)
 """``<name>/<i>`` metrics logged as one metric ``<name>`` with step i (a line in the UI)."""
 CONTEXT_TAGS = (
-    "mlflow.user", "mlflow.source.name", "mlflow.source.type", "mlflow.source.git.commit",
-    "mlflow.source.git.branch", "mlflow.source.git.repoURL", "stagedspec.git_dirty",
+    "mlflow.user",
+    "mlflow.source.name",
+    "mlflow.source.type",
+    "mlflow.source.git.commit",
+    "mlflow.source.git.branch",
+    "mlflow.source.git.repoURL",
+    "stagedspec.git_dirty",
 )
 
 EXPERIMENT_NOTE = """\
@@ -94,7 +105,7 @@ def default_artifact_location(uri: str) -> str | None:
     """For ``sqlite:////abs/dir/x.db``: ``file:///abs/dir/mlartifacts`` (next to the
     database, not in whatever directory a job happens to start in). Else the store's own."""
     if uri.startswith("sqlite:///"):
-        return (Path(uri[len("sqlite:///"):]).resolve().parent / "mlartifacts").as_uri()
+        return (Path(uri[len("sqlite:///") :]).resolve().parent / "mlartifacts").as_uri()
     return None
 
 
@@ -103,7 +114,10 @@ def headline_view() -> dict[str, Any]:
     metrics = [f"metrics.`{m}`" for m in HEADLINE]
     cols = ["attributes.`Dataset`", *metrics, "params.`method`", "params.`draft_k`", "params.`temperature`"]
     return {
-        "searchFilter": "", "orderByKey": "metrics.`speedup`", "orderByAsc": False, "selectedColumns": cols,
+        "searchFilter": "",
+        "orderByKey": "metrics.`speedup`",
+        "orderByAsc": False,
+        "selectedColumns": cols,
         # ag-grid column ids: headline metrics in HEADLINE's order (else alphabetical), names unclipped
         "columnOrder": ["attributes.`Run Name`", *cols],
         "columnWidths": {"attributes.`Run Name`": 270, "attributes.`Dataset`": 190},
@@ -112,12 +126,16 @@ def headline_view() -> dict[str, Any]:
 
 class Tracker:
     def __init__(
-        self, uri: str, experiment_name: str, artifact_location: str | None = None, system_metrics: bool = False,
+        self,
+        uri: str,
+        experiment_name: str,
+        artifact_location: str | None = None,
+        system_metrics: bool = False,
     ) -> None:
         from mlflow import MlflowClient
 
         if uri.startswith("sqlite:///"):
-            Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+            Path(uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
         self.uri = uri
         self.client = MlflowClient(tracking_uri=uri)
         self.system_metrics = system_metrics
@@ -156,7 +174,9 @@ class Tracker:
                 self.client.set_experiment_tag(exp.experiment_id, k, v)
 
     def _search(self, *filters: str) -> list[Any]:
-        return list(self.client.search_runs([self.experiment_id], filter_string=" and ".join(filters), max_results=1000))
+        return list(
+            self.client.search_runs([self.experiment_id], filter_string=" and ".join(filters), max_results=1000)
+        )
 
     def parent_run(self, sweep_id: str, name: str, tags: dict[str, str]) -> str:
         """The parent run of sweep ``sweep_id``: found again if it exists, else created."""
@@ -213,8 +233,12 @@ class Tracker:
             log.warning("system metrics off for run %s: %s", run_id, e)
 
     def log(
-        self, run_id: str, params: dict[str, Any] | None = None, metrics: dict[str, float] | None = None,
-        tags: dict[str, Any] | None = None, step: int = 0,
+        self,
+        run_id: str,
+        params: dict[str, Any] | None = None,
+        metrics: dict[str, float] | None = None,
+        tags: dict[str, Any] | None = None,
+        step: int = 0,
     ) -> None:
         """Params, metrics and tags; the ``HEADLINE`` metrics first, in their own batch
         (the UI lists a run's metrics in logging order); ``STEPPED`` metrics
@@ -257,7 +281,12 @@ class Tracker:
         self.client.log_table(run_id, table, artifact_file)
 
     def log_prompt_set(
-        self, run_id: str, questions: list[Any], name: str, source: str | None, context: str = "eval",
+        self,
+        run_id: str,
+        questions: list[Any],
+        name: str,
+        source: str | None,
+        context: str = "eval",
     ) -> None:
         """The job's prompts as a dataset input (``mlflow.data``): name, a digest of the
         very prompts, where they were read from; the runs table's Dataset column."""
@@ -266,11 +295,16 @@ class Tracker:
         from mlflow.entities import DatasetInput, InputTag
 
         n_turns = max((len(q.turns) for q in questions), default=0)
-        df = pd.DataFrame([
-            {"question_id": q.question_id, "category": q.category,
-             **{f"turn_{i + 1}": (q.turns[i] if i < len(q.turns) else None) for i in range(n_turns)}}
-            for q in questions
-        ])
+        df = pd.DataFrame(
+            [
+                {
+                    "question_id": q.question_id,
+                    "category": q.category,
+                    **{f"turn_{i + 1}": (q.turns[i] if i < len(q.turns) else None) for i in range(n_turns)},
+                }
+                for q in questions
+            ]
+        )
         from mlflow.data.sources import LocalArtifactDatasetSource
 
         with warnings.catch_warnings():  # "integer columns cannot hold missing values": not a model schema here
@@ -300,8 +334,11 @@ class Tracker:
             return
         ranked = sorted(runs, key=lambda r: -r.data.metrics.get("speedup", -math.inf))
         best = ranked[0]
-        self.log(parent_run_id, metrics={k: best.data.metrics[k] for k in HEADLINE if k in best.data.metrics},
-                 tags={"stagedspec.best_run": best.info.run_id})
+        self.log(
+            parent_run_id,
+            metrics={k: best.data.metrics[k] for k in HEADLINE if k in best.data.metrics},
+            tags={"stagedspec.best_run": best.info.run_id},
+        )
         self.describe(parent_run_id, parent_note(ranked))
 
 
@@ -324,8 +361,12 @@ class NoTracker:
         return None
 
     def log(
-        self, run_id: str | None, params: dict[str, Any] | None = None, metrics: dict[str, float] | None = None,
-        tags: dict[str, Any] | None = None, step: int = 0,
+        self,
+        run_id: str | None,
+        params: dict[str, Any] | None = None,
+        metrics: dict[str, float] | None = None,
+        tags: dict[str, Any] | None = None,
+        step: int = 0,
     ) -> None:
         pass
 
@@ -339,7 +380,12 @@ class NoTracker:
         pass
 
     def log_prompt_set(
-        self, run_id: str | None, questions: list[Any], name: str, source: str | None, context: str = "eval",
+        self,
+        run_id: str | None,
+        questions: list[Any],
+        name: str,
+        source: str | None,
+        context: str = "eval",
     ) -> None:
         pass
 
@@ -368,7 +414,10 @@ def held_system_metrics_monitor(run_id: str, interval_s: float, uri: str) -> Any
         def publish_metrics(self, metrics: dict[str, float]) -> None:
             now = get_current_time_millis()
             prefix = self._metrics_prefix + (self.node_id + "/" if self.node_id else "")
-            self.held = [*self.held, *(Metric(prefix + k, float(v), now, self._logging_step) for k, v in metrics.items())]
+            self.held = [
+                *self.held,
+                *(Metric(prefix + k, float(v), now, self._logging_step) for k, v in metrics.items()),
+            ]
             self._logging_step += 1
             for monitor in self.monitors:
                 monitor.clear_metrics()
@@ -402,10 +451,14 @@ def _num(m: dict[str, float], key: str, fmt: str = ".2f") -> str:
 
 
 def speedup_text(m: dict[str, float]) -> str:
-    """"1.23× (95% CI 1.10–1.35)", the interval only when measured."""
+    """ "1.23× (95% CI 1.10–1.35)", the interval only when measured."""
     if "speedup" not in m:
         return "–"
-    ci = f" (95% CI {m['speedup_ci_low']:.2f}–{m['speedup_ci_high']:.2f})" if "speedup_ci_low" in m and "speedup_ci_high" in m else ""
+    ci = (
+        f" (95% CI {m['speedup_ci_low']:.2f}–{m['speedup_ci_high']:.2f})"
+        if "speedup_ci_low" in m and "speedup_ci_high" in m
+        else ""
+    )
     return f"{m['speedup']:.2f}×{ci}"
 
 
@@ -413,40 +466,55 @@ def child_note(name: str, m: dict[str, float], data_text: str, max_new_tokens: i
     """A job's description: its headline numbers in a sentence or two."""
     lines = [f"**{name}** on {data_text}, {max_new_tokens} new tokens per prompt turn.", ""]
     if "speedup" in m:
-        lines.append(f"- **Speedup {speedup_text(m)}** over plain decoding "
-                     f"({_num(m, 'ar_tokens_per_s', '.1f')} → {_num(m, 'tokens_per_s', '.1f')} tokens/s)")
+        lines.append(
+            f"- **Speedup {speedup_text(m)}** over plain decoding "
+            f"({_num(m, 'ar_tokens_per_s', '.1f')} → {_num(m, 'tokens_per_s', '.1f')} tokens/s)"
+        )
     else:
         lines.append(f"- {_num(m, 'tokens_per_s', '.1f')} tokens/s (no plain-decoding baseline in this job)")
     if "acceptance_rate" in m:
-        lines.append(f"- {_num(m, 'mean_accepted_tokens_per_call')} tokens per target call; acceptance "
-                     f"{_num(m, 'acceptance_rate')}; {100 * m.get('wasted_target_fraction', 0):.0f}% of "
-                     "target-scored positions discarded")
+        lines.append(
+            f"- {_num(m, 'mean_accepted_tokens_per_call')} tokens per target call; acceptance "
+            f"{_num(m, 'acceptance_rate')}; {100 * m.get('wasted_target_fraction', 0):.0f}% of "
+            "target-scored positions discarded"
+        )
     if "ar_match_rate" in m:
         line = f"- Greedy output identical to plain decoding on {100 * m['ar_match_rate']:.0f}% of prompt turns"
         if m.get("ar_divergences"):
-            line += (f"; the others leave it at token {m['ar_first_divergence_min']:.0f} at the earliest, where "
-                     f"the target's top-two logit gap was at most {m['ar_divergence_gap_steps_max']:.1f} steps of "
-                     "its dtype (a few steps: a near-tie that rounding flips; many: a bug; `divergence` in "
-                     "`outputs.jsonl`)")
+            line += (
+                f"; the others leave it at token {m['ar_first_divergence_min']:.0f} at the earliest, where "
+                f"the target's top-two logit gap was at most {m['ar_divergence_gap_steps_max']:.1f} steps of "
+                "its dtype (a few steps: a near-tie that rounding flips; many: a bug; `divergence` in "
+                "`outputs.jsonl`)"
+            )
         lines.append(line)
-    lines += ["", "Per prompt: `outputs_table.json` (artifacts); which level wrote which token: `view.html`; "
-              "per position: the `position_acceptance` chart."]
+    lines += [
+        "",
+        "Per prompt: `outputs_table.json` (artifacts); which level wrote which token: `view.html`; "
+        "per position: the `position_acceptance` chart.",
+    ]
     return "\n".join(lines)
 
 
 def parent_note(ranked: list[Any]) -> str:
     """A sweep's description: one row per job, best speedup first."""
-    rows = ["| job | speedup | tokens/call | acceptance | wasted target | tokens/s | plain tokens/s |",
-            "|---|---|---|---|---|---|---|"]
+    rows = [
+        "| job | speedup | tokens/call | acceptance | wasted target | tokens/s | plain tokens/s |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in ranked:
         m = r.data.metrics
-        rows.append(f"| {r.info.run_name} | {speedup_text(m)} | {_num(m, 'mean_accepted_tokens_per_call')} | "
-                    f"{_num(m, 'acceptance_rate')} | {_num(m, 'wasted_target_fraction')} | "
-                    f"{_num(m, 'tokens_per_s', '.1f')} | {_num(m, 'ar_tokens_per_s', '.1f')} |")
+        rows.append(
+            f"| {r.info.run_name} | {speedup_text(m)} | {_num(m, 'mean_accepted_tokens_per_call')} | "
+            f"{_num(m, 'acceptance_rate')} | {_num(m, 'wasted_target_fraction')} | "
+            f"{_num(m, 'tokens_per_s', '.1f')} | {_num(m, 'ar_tokens_per_s', '.1f')} |"
+        )
     best = ranked[0]
-    head = (f"{len(ranked)} finished jobs. Best: **{best.info.run_name}**, speedup "
-            f"{speedup_text(best.data.metrics)}; this run's metrics are that job's. Figures: artifacts `report/` "
-            "(after `python -m analysis.report`).")
+    head = (
+        f"{len(ranked)} finished jobs. Best: **{best.info.run_name}**, speedup "
+        f"{speedup_text(best.data.metrics)}; this run's metrics are that job's. Figures: artifacts `report/` "
+        "(after `python -m analysis.report`)."
+    )
     return head + "\n\n" + "\n".join(rows)
 
 
@@ -474,9 +542,13 @@ def tracker_for(cfg: DictConfig) -> Tracker | None:
     uri = None if tracking is None else tracking.get("uri")
     if not uri:
         return None
-    return Tracker(uri, cfg.experiment_name, tracking.get("artifact_location"), bool(tracking.get("system_metrics", False)))
+    return Tracker(
+        uri, cfg.experiment_name, tracking.get("artifact_location"), bool(tracking.get("system_metrics", False))
+    )
 
 
 def ui_url(tracker: Tracker, host: str = "http://127.0.0.1:5000") -> str:
     """The link that opens the experiment's runs table with the headline columns."""
-    return f"{host}/#/experiments/{tracker.experiment_id}/runs?viewStateShareKey={VIEW_KEY}&workflowType=machine_learning"
+    return (
+        f"{host}/#/experiments/{tracker.experiment_id}/runs?viewStateShareKey={VIEW_KEY}&workflowType=machine_learning"
+    )

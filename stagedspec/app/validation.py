@@ -34,15 +34,33 @@ LEVEL_TARGETS = (
     "stagedspec.drafters.hierarchy.ModelLevel",
     "stagedspec.drafters.hierarchy.TrainedLevel",
 )
-ALLOWED_TARGETS = LEVEL_TARGETS + ("stagedspec.models.model_loading.ModelSpec", "stagedspec.engine.sampling.SamplingConfig")
+ALLOWED_TARGETS = LEVEL_TARGETS + (
+    "stagedspec.models.model_loading.ModelSpec",
+    "stagedspec.engine.sampling.SamplingConfig",
+)
 
 LEVEL_META_KEYS = ("stage", "enabled")
 """Keys of a level dict that the runner reads (ordering, on/off) and the level never sees."""
 
 
 CONFIG_KEYS = (
-    "target", "levels", "tree", "sampling", "data", "tracking", "experiment_name", "batch_size", "max_new_tokens",
-    "seed", "baseline", "device", "kernels", "warmup", "resume", "repeats", "prediction",
+    "target",
+    "levels",
+    "tree",
+    "sampling",
+    "data",
+    "tracking",
+    "experiment_name",
+    "batch_size",
+    "max_new_tokens",
+    "seed",
+    "baseline",
+    "device",
+    "kernels",
+    "warmup",
+    "resume",
+    "repeats",
+    "prediction",
 )
 """The top-level keys of a job's config (conf/config.yaml and its groups); ``hydra`` is
 Hydra's, and an entry point may allow more (``prompt`` for generate)."""
@@ -322,9 +340,15 @@ def load_data(cfg: DictConfig) -> tuple[Path, list[Any], str]:
     split = data_split(d)
     try:
         path = prompt_sets.prompt_set_path(name, d.get("path"))
-        questions = prompt_sets.load_prompt_set(name, d.get("path"), categories=d.get("categories"),
-                                         per_category=d.get("per_category"), limit=limit,
-                                         max_turns=d.get("max_turns"), split=split)
+        questions = prompt_sets.load_prompt_set(
+            name,
+            d.get("path"),
+            categories=d.get("categories"),
+            per_category=d.get("per_category"),
+            limit=limit,
+            max_turns=d.get("max_turns"),
+            split=split,
+        )
     except FileNotFoundError as e:
         raise ConfigError(f"data.path: {e}" if ps.needs_path else f"data={name}: {e}") from e
     except ValueError as e:
@@ -417,8 +441,10 @@ def job_settings(cfg: DictConfig) -> dict[str, Any]:
     prediction's prompts, tokens and source; kernels; and ``tracking.system_metrics``
     (checked here, read by the tracker)."""
     settings: dict[str, Any] = {
-        "batch_size": check_int(cfg, "batch_size", 1), "max_new_tokens": check_int(cfg, "max_new_tokens", 1),
-        "seed": check_int(cfg, "seed", 0), "repeats": check_int(cfg, "repeats", 1) if "repeats" in cfg else 1,
+        "batch_size": check_int(cfg, "batch_size", 1),
+        "max_new_tokens": check_int(cfg, "max_new_tokens", 1),
+        "seed": check_int(cfg, "seed", 0),
+        "repeats": check_int(cfg, "repeats", 1) if "repeats" in cfg else 1,
     }
     for key in ("baseline", "resume", "warmup"):
         if not isinstance(cfg.get(key, True), bool):
@@ -432,8 +458,7 @@ def job_settings(cfg: DictConfig) -> dict[str, Any]:
             raise ConfigError(f"prediction.{key} must be an integer >= {low}, got {v!r}")
     if pred_source not in PREDICTION_SOURCES:
         raise ConfigError(f"prediction.source must be one of {list(PREDICTION_SOURCES)}, got {pred_source!r}")
-    settings |= {"prediction_prompts": pred_prompts, "prediction_tokens": pred_tokens,
-                 "prediction_source": pred_source}
+    settings |= {"prediction_prompts": pred_prompts, "prediction_tokens": pred_tokens, "prediction_source": pred_source}
     kernels = cfg.get("kernels", "fast")
     if kernels not in KERNEL_CHOICES:
         raise ConfigError(f"kernels must be one of {list(KERNEL_CHOICES)}, got {kernels!r}")

@@ -25,7 +25,8 @@ import os
 import sys
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, TextIO
+from typing import Any, TextIO
+from collections.abc import Callable, Iterable, Mapping
 
 from stagedspec.metrics.round_stats import RoundStats
 from stagedspec.metrics.run_schema import TARGET
@@ -109,12 +110,14 @@ def stop_reason(stats: RoundStats, finished: str = "") -> str:
 
 
 def round_summary(levels: list[str], stats: RoundStats, finished: str = "") -> str:
-    """"ngram 2/2 small 3/4 +4 rejected at depth 4 wasted 2/6": per level (lowest first)
+    """ "ngram 2/2 small 3/4 +4 rejected at depth 4 wasted 2/6": per level (lowest first)
     the tokens the level above kept of those it drafted, the tokens emitted, why the round
     stopped, and the target positions whose result was thrown away."""
     per = " ".join(f"{lv} {stats.accepted.get(lv, 0)}/{stats.drafted.get(lv, 0)}" for lv in levels)
-    return (f"{per + ' ' if per else ''}+{stats.emitted} {stop_reason(stats, finished)}; "
-            f"wasted {stats.wasted_target_positions}/{stats.target_positions}")
+    return (
+        f"{per + ' ' if per else ''}+{stats.emitted} {stop_reason(stats, finished)}; "
+        f"wasted {stats.wasted_target_positions}/{stats.target_positions}"
+    )
 
 
 # ------------------------------------------------------------------------ terminal
@@ -128,7 +131,9 @@ class StreamView:
     (``round_summary``) then its text (newlines shown as ↵). ``color=None``: colour when
     ``out`` is a terminal and ``NO_COLOR`` is unset. Only sequence ``seq`` is shown."""
 
-    def __init__(self, out: TextIO | None = None, color: bool | None = None, rounds: bool = False, seq: int = 0) -> None:
+    def __init__(
+        self, out: TextIO | None = None, color: bool | None = None, rounds: bool = False, seq: int = 0
+    ) -> None:
         self.out = out if out is not None else sys.stdout
         self.color = wants_color(self.out) if color is None else color
         self.rounds = rounds
@@ -149,11 +154,15 @@ class StreamView:
         lines = []
         if self.color:
             names = " ".join(self._paint(lv, lv) for lv in self.levels)
-            lines.append(f"tokens by level: {names + ' ' if names else ''}{self._paint(TARGET, TARGET)} "
-                         "(the target's own: correction or bonus)")
+            lines.append(
+                f"tokens by level: {names + ' ' if names else ''}{self._paint(TARGET, TARGET)} "
+                "(the target's own: correction or bonus)"
+            )
         if self.rounds:
-            lines.append("round: accepted/drafted per level, +tokens emitted, why it stopped; "
-                         "wasted/scored target positions | text (↵ = newline)")
+            lines.append(
+                "round: accepted/drafted per level, +tokens emitted, why it stopped; "
+                "wasted/scored target positions | text (↵ = newline)"
+            )
         if lines:
             self.out.write("\n".join(lines) + "\n")
             self.out.flush()
@@ -218,8 +227,14 @@ class TokenView:
     """What the target did with it, and the round's summary (the hover text)."""
 
 
-def token_views(ids: list[int], provenance: list[str], rounds: Iterable[RoundStats | Mapping[str, Any]],
-                decode: Decode, levels: list[str], finished: str = "") -> list[TokenView]:
+def token_views(
+    ids: list[int],
+    provenance: list[str],
+    rounds: Iterable[RoundStats | Mapping[str, Any]],
+    decode: Decode,
+    levels: list[str],
+    finished: str = "",
+) -> list[TokenView]:
     """The tokens of one answer with their round and depth, from the sequence's provenance
     and its per-round record (``RoundStats`` or their dicts, as in outputs.jsonl)."""
     pieces = TextPieces(decode)
@@ -235,8 +250,9 @@ def token_views(ids: list[int], provenance: list[str], rounds: Iterable[RoundSta
                 what = f"the target's own token ({target_role(r)})"
             else:
                 what = f"drafted by {level}, accepted by the target"
-            out.append(TokenView(pieces.add(ids[pos]), level, n, d,
-                                 f"round {n}, depth {d} of {r.emitted}: {what}\n{summary}"))
+            out.append(
+                TokenView(pieces.add(ids[pos]), level, n, d, f"round {n}, depth {d} of {r.emitted}: {what}\n{summary}")
+            )
             pos += 1
     if pos != len(ids):
         raise ValueError(f"the rounds emitted {pos} tokens but the answer has {len(ids)}")
@@ -278,11 +294,16 @@ def html_page(title: str, levels: list[str], answers: list[AnswerView], intro: s
     cls[TARGET] = "tg"
     e = html.escape
     legend = " ".join(f'<span class="{cls[lv]}">{e(lv)}</span>' for lv in levels)
-    legend += f' <span class="tg">{TARGET}</span> the target\'s own token (its correction after a rejection, ' \
-              "or its bonus after a fully accepted draft)"
+    legend += (
+        f' <span class="tg">{TARGET}</span> the target\'s own token (its correction after a rejection, '
+        "or its bonus after a fully accepted draft)"
+    )
     parts = [
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>{e(title)}</title>",
-        f"<style>\n{_css(levels)}\n</style></head><body>", f"<h1>{e(title)}</h1>",
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{e(title)}</title>",
+        f"<style>\n{_css(levels)}\n</style></head><body>",
+        f"<h1>{e(title)}</h1>",
         f"<p>{e(intro)}</p>" if intro else "",
         f'<p class="legend">Tokens by the level that proposed them, lowest level first: {legend}. '
         "Hover a token for its round, its depth in the round and what the target did.</p>",
@@ -292,8 +313,9 @@ def html_page(title: str, levels: list[str], answers: list[AnswerView], intro: s
         n_rounds = max((t.round for t in a.tokens), default=0)
         count_text = ", ".join(f"{lv} {counts[lv]}" for lv in [*levels, TARGET] if counts[lv])
         spans = "".join(
-            f'<span class="{cls.get(t.level, "tg")}" data-level="{e(t.level)}" '
-            f'title="{e(t.note)}">{e(t.text)}</span>' for t in a.tokens)
+            f'<span class="{cls.get(t.level, "tg")}" data-level="{e(t.level)}" title="{e(t.note)}">{e(t.text)}</span>'
+            for t in a.tokens
+        )
         parts += [
             f"<h2>{e(a.title)}</h2>",
             f'<div class="prompt">{e(a.prompt)}</div>' if a.prompt else "",
@@ -305,15 +327,24 @@ def html_page(title: str, levels: list[str], answers: list[AnswerView], intro: s
     return "\n".join(p for p in parts if p) + "\n"
 
 
-def job_page(method: str, levels: list[str], records: list[dict], decode: Decode,
-             questions: Mapping[Any, list[str]] | None = None, limit: int = 4) -> str:
+def job_page(
+    method: str,
+    levels: list[str],
+    records: list[dict],
+    decode: Decode,
+    questions: Mapping[Any, list[str]] | None = None,
+    limit: int = 4,
+) -> str:
     """The page of a job: its first ``limit`` answers (records of outputs.jsonl)."""
     answers = []
     for r in records[:limit]:
         turns = (questions or {}).get(r["question_id"]) or []
         prompt = turns[r["turn"] - 1] if 0 < r["turn"] <= len(turns) else ""
-        tokens = token_views(r["output_ids"], r["provenance"], r["rounds"], decode, levels, r.get("finished_reason", ""))
+        tokens = token_views(
+            r["output_ids"], r["provenance"], r["rounds"], decode, levels, r.get("finished_reason", "")
+        )
         answers.append(AnswerView(f"{r['question_id']} ({r['category']}), turn {r['turn']}", prompt, tokens))
     shown = f"the first {len(answers)} of {len(records)} answers" if len(records) > len(answers) else "every answer"
-    return html_page(f"{method}: which level wrote which token", levels, answers,
-                     intro=f"{shown.capitalize()} of this job.")
+    return html_page(
+        f"{method}: which level wrote which token", levels, answers, intro=f"{shown.capitalize()} of this job."
+    )

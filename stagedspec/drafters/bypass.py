@@ -122,14 +122,24 @@ class _RouteStats:
 
 
 class BypassDrafter(Drafter):
-    def __init__(self, lower: Drafter | None, k: int = 24, min_match: int = 8, max_match: int = 32,
-                 name: str = "copy", miss_below: int = 0, prices: RoutePrices | None = None) -> None:
+    def __init__(
+        self,
+        lower: Drafter | None,
+        k: int = 24,
+        min_match: int = 8,
+        max_match: int = 32,
+        name: str = "copy",
+        miss_below: int = 0,
+        prices: RoutePrices | None = None,
+    ) -> None:
         self.lower, self.k, self.min_match, self.max_match, self.name = lower, k, min_match, max_match, name
         self.miss_below = miss_below
         self.prices = prices
         self._stats = _RouteStats(prices) if prices is not None else None
         self._routes: list[tuple[str, int]] = []  # per row: ("copy", match) / ("lower", 0) this round
-        self._round_forwards = 0.0  # forwards of the level below in the last round (one batched forward serves every row)
+        self._round_forwards = (
+            0.0  # forwards of the level below in the last round (one batched forward serves every row)
+        )
         self.decisions = {"copy": 0, "lower": 0}
         """Rounds and rows routed each way (the priced router's log; the rule counts too)."""
         self.calls = 0
@@ -171,7 +181,7 @@ class BypassDrafter(Drafter):
         out = []
         for ctx in contexts:
             length, end = longest_match(ctx, self.max_match, min_match)
-            out.append((list(ctx[end:end + self.k]), length) if length else ([], 0))
+            out.append((list(ctx[end : end + self.k]), length) if length else ([], 0))
         return out
 
     def _priced_copies(self, contexts: list[list[int]]) -> list[list[int]]:

@@ -27,8 +27,10 @@ class FeatureDrafter(ModelDrafter):
 
     def __init__(self, draft: torch.nn.Module, k: int = 4, tree: TreeShapeT = None, name: str = "eagle") -> None:
         if getattr(draft, "design", None) != "feature":
-            raise ValueError(f"level {name!r}: a feature drafter needs a 'feature' draft model, "
-                             f"got {getattr(draft, 'design', type(draft).__name__)!r}")
+            raise ValueError(
+                f"level {name!r}: a feature drafter needs a 'feature' draft model, "
+                f"got {getattr(draft, 'design', type(draft).__name__)!r}"
+            )
         super().__init__(draft, k=k, tree=tree, name=name)
         self.draft = draft
         self._real_tail = 0
@@ -40,18 +42,22 @@ class FeatureDrafter(ModelDrafter):
     @torch.no_grad()
     def _feed_tails(self, contexts, features):
         if features is None:
-            raise ValueError(f"level {self.name!r} reads the target's hidden states: it must draft directly for "
-                             "the target (it got no features)")
+            raise ValueError(
+                f"level {self.name!r} reads the target's hidden states: it must draft directly for "
+                "the target (it got no features)"
+            )
         kv = self.kv
         slots = [c[1:] for c in contexts]  # slot t holds x_{t+1} (its input also needs f_t)
         tails = kv.sync(slots, min_tail=1, keep_first=self._real_tail)
         inputs = []
         for b, tail in enumerate(tails):
             end = len(slots[b])
-            f = features[b][end - len(tail): end]
+            f = features[b][end - len(tail) : end]
             if f.shape[0] != len(tail):
-                raise ValueError(f"level {self.name!r}: row {b} has {features[b].shape[0]} target features for "
-                                 f"{len(contexts[b])} context tokens; expected one per token but the last")
+                raise ValueError(
+                    f"level {self.name!r}: row {b} has {features[b].shape[0]} target features for "
+                    f"{len(contexts[b])} context tokens; expected one per token but the last"
+                )
             inputs.append(self.draft.feature_inputs(torch.tensor(tail, device=f.device), f))
         logits, states = kv.extend_chain(tails, inputs=inputs, hidden=True)
         self._real_tail = kv.n_pending  # the slots fed so far this round hold real features

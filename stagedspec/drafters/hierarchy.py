@@ -15,7 +15,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from stagedspec.engine.drafter_protocol import Drafter
 from stagedspec.engine.tree import AutoShape, TreeShape, TreeShapeT
@@ -135,7 +136,12 @@ class NgramLevel(_TreeLevel):
             text_lm.update(target.tokenizer.encode(Path(self.corpus_file).read_text(), add_special_tokens=False))
             base = text_lm
         return KatzNgramDrafter(
-            vocab_size=target.vocab_size, k=self.k, order=self.order, base=base, tree=self.shape, name=self.name,
+            vocab_size=target.vocab_size,
+            k=self.k,
+            order=self.order,
+            base=base,
+            tree=self.shape,
+            name=self.name,
             min_top=float(self.min_top),
         )
 
@@ -197,15 +203,23 @@ class BypassLevel:
                 raise ValueError(f"level {self.name!r}: unknown prices.{key}; valid: {sorted(known)}")
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
                 raise ValueError(f"level {self.name!r}: prices.{key} must be a finite number >= 0, got {value!r}")
-        if not (_is_int(self.min_match) and _is_int(self.max_match)
-                and 1 <= self.min_match <= self.max_match):
-            raise ValueError(f"level {self.name!r}: need 1 <= min_match <= max_match, got min_match="
-                             f"{self.min_match!r}, max_match={self.max_match!r}")
+        if not (_is_int(self.min_match) and _is_int(self.max_match) and 1 <= self.min_match <= self.max_match):
+            raise ValueError(
+                f"level {self.name!r}: need 1 <= min_match <= max_match, got min_match="
+                f"{self.min_match!r}, max_match={self.max_match!r}"
+            )
         _check_count(self.name, "miss_below", self.miss_below, self.k, "0: off", hi_label=f"k={self.k}")
 
     def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
-        return BypassDrafter(lower, k=self.k, min_match=self.min_match, max_match=self.max_match, name=self.name,
-                             miss_below=self.miss_below, prices=self.route_prices())
+        return BypassDrafter(
+            lower,
+            k=self.k,
+            min_match=self.min_match,
+            max_match=self.max_match,
+            name=self.name,
+            miss_below=self.miss_below,
+            prices=self.route_prices(),
+        )
 
 
 @dataclass
@@ -240,16 +254,25 @@ class ModelLevel(_TreeLevel):
         r = self.int4_rows
         _check_count(self.name, "int4_rows", r, 32, "forwards of up to that many rows take 4-bit weights; 0: off")
         if r and not str(spec.device).startswith("cpu"):
-            raise ValueError(f"level {self.name!r}: int4_rows={r} runs a CPU kernel only; the model is on "
-                             f"{spec.device!r}: set int4_rows=0 there")
+            raise ValueError(
+                f"level {self.name!r}: int4_rows={r} runs a CPU kernel only; the model is on "
+                f"{spec.device!r}: set int4_rows=0 there"
+            )
         spec.validate()
         self.shape  # parsing is the check
         if self.head is not None and (not isinstance(self.head, int) or isinstance(self.head, bool) or self.head < 1):
-            raise ValueError(f"level {self.name!r}: head must be a number of tokens >= 1 (a pruned LM head) "
-                             f"or null (the full head), got {self.head!r}")
+            raise ValueError(
+                f"level {self.name!r}: head must be a number of tokens >= 1 (a pruned LM head) "
+                f"or null (the full head), got {self.head!r}"
+            )
         _check_probability(self.name, "stop_below", self.stop_below, "0: never stop early")
-        _check_count(self.name, "stop_alternatives", self.stop_alternatives, 8,
-                     "leaves beside the pick that stopped the draft; 0: none")
+        _check_count(
+            self.name,
+            "stop_alternatives",
+            self.stop_alternatives,
+            8,
+            "leaves beside the pick that stopped the draft; 0: none",
+        )
 
     def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
         spec = self.spec()
@@ -261,9 +284,16 @@ class ModelLevel(_TreeLevel):
         model = small.model
         if self.head is not None:
             model = pruned_copy(model, head_subset(small, self.head))
-        return ModelDrafter(model, k=self.k, lower=lower, tree=self.shape, name=self.name,
-                            stop_below=float(self.stop_below), int4_rows=self.int4_rows,
-                            stop_alternatives=self.stop_alternatives)
+        return ModelDrafter(
+            model,
+            k=self.k,
+            lower=lower,
+            tree=self.shape,
+            name=self.name,
+            stop_below=float(self.stop_below),
+            int4_rows=self.int4_rows,
+            stop_alternatives=self.stop_alternatives,
+        )
 
 
 @dataclass
@@ -328,14 +358,18 @@ def validate_levels(levels: list[Any]) -> None:
         lv.validate()
     for lv in levels[:-1]:
         if getattr(lv, "reads_features", False):
-            raise ValueError(f"level {lv.name!r} is a feature draft: it reads the target's hidden states, so it "
-                             "must be the level drafting for the target (the highest stage)")
+            raise ValueError(
+                f"level {lv.name!r} is a feature draft: it reads the target's hidden states, so it "
+                "must be the level drafting for the target (the highest stage)"
+            )
     for lower, lv in zip(levels, levels[1:]):
         if isinstance(lv, (NgramLevel, PromptLookupLevel)):
             raise ValueError(f"level {lv.name!r} ({type(lv).__name__}) can only be the lowest level")
         if getattr(lv, "reads_features", False):
-            raise ValueError(f"level {lv.name!r} is a feature draft: it cannot draft through the level "
-                             f"{lower.name!r} below it (drop it: levels.{lower.name}=null)")
+            raise ValueError(
+                f"level {lv.name!r} is a feature draft: it cannot draft through the level "
+                f"{lower.name!r} below it (drop it: levels.{lower.name}=null)"
+            )
         # a level drafting through a lower one offers a tree too: the lower stage draws its
         # rank-0 chain, the level adds its own ranked alternatives (drafters/model_drafter.py)
     top = target_facing(levels)
@@ -344,14 +378,19 @@ def validate_levels(levels: list[Any]) -> None:
         if isinstance(shape, AutoShape) and shape.source == "data" and not default_data_path().is_file():
             raise FileNotFoundError(
                 f"level {lv.name!r}: tree=auto with source=data calibrates on {default_data_path()}, which does "
-                f"not exist; set ${DATA_ENV} to a Spec-Bench-style questions file or use source=training")
+                f"not exist; set ${DATA_ENV} to a Spec-Bench-style questions file or use source=training"
+            )
         if isinstance(shape, AutoShape) and (i != top or top != len(levels) - 1):
             if i == top:
-                raise ValueError(f"level {lv.name!r}: tree=auto calibrates the level drafting for the target "
-                                 f"alone; with the bypass level {levels[-1].name!r} above it, use a fixed tree "
-                                 f"(tree=specinfer_221, ...) or drop it (levels.{levels[-1].name}=null)")
-            raise ValueError(f"level {lv.name!r}: tree=auto is measured against the target, so only the level "
-                             f"drafting for the target (the highest stage, here {levels[top].name!r}) can take it")
+                raise ValueError(
+                    f"level {lv.name!r}: tree=auto calibrates the level drafting for the target "
+                    f"alone; with the bypass level {levels[-1].name!r} above it, use a fixed tree "
+                    f"(tree=specinfer_221, ...) or drop it (levels.{levels[-1].name}=null)"
+                )
+            raise ValueError(
+                f"level {lv.name!r}: tree=auto is measured against the target, so only the level "
+                f"drafting for the target (the highest stage, here {levels[top].name!r}) can take it"
+            )
 
 
 def build_hierarchy(
@@ -374,6 +413,7 @@ def build_hierarchy(
 def hierarchy_key(levels: list[Any]) -> list[str]:
     """What identifies a hierarchy for ``tree=auto``'s calibration cache: every level's
     settings, except the top level's k and tree (the calibration chooses those)."""
+
     def files(lv: Any) -> list[str]:  # weights and corpus files are named by path; their contents can change
         paths: list[Path] = []
         if isinstance(lv, TrainedLevel):

@@ -30,14 +30,23 @@ from .tree_growth import NodeDist, confident, grow_trees
 
 
 class ModelDrafter(Drafter):
-    def __init__(self, model: torch.nn.Module, k: int = 4, lower: Drafter | None = None,
-                 tree: TreeShapeT = None, name: str = "small", stop_below: float = 0.0, int4_rows: int = 0,
-                 stop_alternatives: int = 0) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        k: int = 4,
+        lower: Drafter | None = None,
+        tree: TreeShapeT = None,
+        name: str = "small",
+        stop_below: float = 0.0,
+        int4_rows: int = 0,
+        stop_alternatives: int = 0,
+    ) -> None:
         # a trained draft's head covers a vocabulary subset (models/draft_files.py)
         vocab_map = getattr(model, "vocab_map", None)
         meta = getattr(model, "meta", None)
-        self.kv = KVModel(model, name=name, vocab_map=vocab_map,
-                          vocab_size=meta.vocab_size if vocab_map is not None else None)
+        self.kv = KVModel(
+            model, name=name, vocab_map=vocab_map, vocab_size=meta.vocab_size if vocab_map is not None else None
+        )
         self.k, self.lower, self.tree, self.name = k, lower, tree, name
         self.stop_below = stop_below
         """The draft ends after a pick this model gives less than this probability (0: it
@@ -121,8 +130,17 @@ class ModelDrafter(Drafter):
                 cursor[b] += 1
             return out
 
-        return grow_trees(self.tree, self.k, roots, expand, self.sampling, self.generator, self.name, self.stop_below,
-                          self.stop_alternatives)
+        return grow_trees(
+            self.tree,
+            self.k,
+            roots,
+            expand,
+            self.sampling,
+            self.generator,
+            self.name,
+            self.stop_below,
+            self.stop_alternatives,
+        )
 
     def _spine_length(self) -> int:
         shape = chain(self.k) if self.tree is None else self.tree
@@ -158,21 +176,24 @@ class ModelDrafter(Drafter):
         return self._grow_from_spine(contexts, spines)
 
     @staticmethod
-    def _inner_feed(spines: "_Spines", b: int, draft: DraftTree, pending: int
-                    ) -> tuple[list[int], list[int], list[int]]:
+    def _inner_feed(spines: _Spines, b: int, draft: DraftTree, pending: int) -> tuple[list[int], list[int], list[int]]:
         """Row b's input to an inner verification forward: the spine's unfed tokens (a chain
         after the last fed one) then the lower level's draft tree; each token's parent slot;
         the rows whose logits verify the draft (the last unfed token's onwards)."""
         unfed = spines.unfed[b]
         root = pending + len(unfed) - 1
         tokens = unfed + draft.tokens
-        parents = ([spines.last_slot[b]] + list(range(pending, root))
-                   + [root if q < 0 else root + 1 + q for q in draft.parents])
+        parents = (
+            [spines.last_slot[b]]
+            + list(range(pending, root))
+            + [root if q < 0 else root + 1 + q for q in draft.parents]
+        )
         wanted = list(range(len(unfed) - 1, len(unfed) + len(draft)))
         return tokens, parents, wanted
 
-    def _take_inner_round(self, spines: "_Spines", b: int, d: DraftTree, lg: torch.Tensor, pending: int,
-                          first: bool, m: int) -> int:
+    def _take_inner_round(
+        self, spines: _Spines, b: int, d: DraftTree, lg: torch.Tensor, pending: int, first: bool, m: int
+    ) -> int:
         """Verify row b's lower draft against this model's logits ``lg`` and extend the
         spine by the emitted tokens (up to ``m``, or a pick this model was unsure of);
         returns how many of the lower level's tokens were accepted."""
@@ -214,7 +235,7 @@ class ModelDrafter(Drafter):
         _merge(spines.accepted[b], {self.lower.name: kept}, d.accepted)
         return len(path)
 
-    def _grow_from_spine(self, contexts: list[list[int]], spines: "_Spines") -> list[DraftTree]:
+    def _grow_from_spine(self, contexts: list[list[int]], spines: _Spines) -> list[DraftTree]:
         """The tree around the spine, from this model's own preferences; nodes whose
         distribution the inner decoding did not compute are scored by batched forwards."""
         B = len(contexts)
@@ -225,8 +246,17 @@ class ModelDrafter(Drafter):
             return self._expand_around_spine(nodes, trees, spines, on_spine, slot)
 
         roots = [spines.known[b][0] for b in range(B)]  # the first inner round ran for every row
-        trees = grow_trees(self.tree, self.k, roots, expand, self.sampling, self.generator, self.name,
-                           self.stop_below, self.stop_alternatives)
+        trees = grow_trees(
+            self.tree,
+            self.k,
+            roots,
+            expand,
+            self.sampling,
+            self.generator,
+            self.name,
+            self.stop_below,
+            self.stop_alternatives,
+        )
         on_spine.forget()  # a dynamic tree was pruned and renumbered: node ids changed
         for b, tree in enumerate(trees):
             for n in range(len(tree)):
@@ -236,8 +266,14 @@ class ModelDrafter(Drafter):
             tree.drafted, tree.accepted = spines.drafted[b], spines.accepted[b]
         return trees
 
-    def _expand_around_spine(self, nodes: list[tuple[int, int]], trees: list[DraftTree], spines: "_Spines",
-                             on_spine: "_SpinePositions", slot: list[dict[int, int]]) -> list[NodeDist | None]:
+    def _expand_around_spine(
+        self,
+        nodes: list[tuple[int, int]],
+        trees: list[DraftTree],
+        spines: _Spines,
+        on_spine: _SpinePositions,
+        slot: list[dict[int, int]],
+    ) -> list[NodeDist | None]:
         """``grow_trees``' expand for ``_grow_from_spine``: what this model knows after each
         new node. A spine node's is known from the inner decoding where it computed it;
         every other node is fed (under its parent's pending slot) and scored, all rows in
@@ -325,13 +361,21 @@ class _Spines:
     """A pick this model was unsure of ended the row's spine (stop_below)."""
 
     @classmethod
-    def start(cls, tails: list[list[int]]) -> "_Spines":
+    def start(cls, tails: list[list[int]]) -> _Spines:
         """Empty spines over each row's uncached context tail."""
         B = len(tails)
-        return cls(tokens=[[] for _ in range(B)], origin=[[] for _ in range(B)], slots=[[] for _ in range(B)],
-                   known=[[] for _ in range(B)], unfed=[list(t) for t in tails], last_slot=[-1] * B,
-                   root_slot=[-1] * B, drafted=[{} for _ in range(B)], accepted=[{} for _ in range(B)],
-                   stopped=[False] * B)
+        return cls(
+            tokens=[[] for _ in range(B)],
+            origin=[[] for _ in range(B)],
+            slots=[[] for _ in range(B)],
+            known=[[] for _ in range(B)],
+            unfed=[list(t) for t in tails],
+            last_slot=[-1] * B,
+            root_slot=[-1] * B,
+            drafted=[{} for _ in range(B)],
+            accepted=[{} for _ in range(B)],
+            stopped=[False] * B,
+        )
 
     def growing(self, b: int, m: int) -> bool:
         """Row b's spine is shorter than ``m`` and no unsure pick ended it."""

@@ -23,8 +23,14 @@ class KatzNgramDrafter(Drafter):
     """
 
     def __init__(
-        self, vocab_size: int, k: int = 4, order: int = 3, base: KatzBackoffLM | None = None,
-        tree: TreeShapeT = None, name: str = "ngram", min_top: float = 0.0,
+        self,
+        vocab_size: int,
+        k: int = 4,
+        order: int = 3,
+        base: KatzBackoffLM | None = None,
+        tree: TreeShapeT = None,
+        name: str = "ngram",
+        min_top: float = 0.0,
     ) -> None:
         """``base``: fixed counts (a corpus) every row's LM adds to its own, shared, not copied.
         ``min_top``: draft from a distribution only when its likeliest token has at least this
@@ -57,8 +63,8 @@ class KatzNgramDrafter(Drafter):
         if ctx[: len(seen)] != seen:
             self.lms[b] = self._fresh()
             seen = self.seen[b] = []
-        self.lms[b].update(ctx[len(seen):])
-        seen.extend(ctx[len(seen):])
+        self.lms[b].update(ctx[len(seen) :])
+        seen.extend(ctx[len(seen) :])
 
     def prefill(self, contexts: list[list[int]]) -> None:
         for b, ctx in enumerate(contexts):
@@ -102,8 +108,9 @@ class PromptLookupDrafter(Drafter):
     are merged into a token trie (a tree draft).
     """
 
-    def __init__(self, k: int = 4, max_ngram: int = 3, min_ngram: int = 1, max_candidates: int = 1,
-                 name: str = "prompt_lookup") -> None:
+    def __init__(
+        self, k: int = 4, max_ngram: int = 3, min_ngram: int = 1, max_candidates: int = 1, name: str = "prompt_lookup"
+    ) -> None:
         self.k, self.max_ngram, self.min_ngram, self.name = k, max_ngram, min_ngram, name
         self.max_candidates = max_candidates
         self.calls = 0

@@ -32,7 +32,7 @@ class KatzBackoffLM:
     token always has mass and an empty model is uniform.
     """
 
-    def __init__(self, vocab_size: int, order: int = 3, base: "KatzBackoffLM | None" = None) -> None:
+    def __init__(self, vocab_size: int, order: int = 3, base: KatzBackoffLM | None = None) -> None:
         """``base``: a fixed LM (e.g. counted once over a large corpus of the target's own
         outputs) whose counts are added to this one's at every look-up, so many rows can
         share one corpus without copying it; it must not change while in use."""
@@ -41,8 +41,10 @@ class KatzBackoffLM:
         if not isinstance(order, int) or order < 1:
             raise ValueError(f"order must be an int >= 1, got {order!r}")
         if base is not None and (base.vocab_size != vocab_size or base.order != order):
-            raise ValueError(f"base LM has vocab_size {base.vocab_size} and order {base.order}; "
-                             f"this one has {vocab_size} and {order}")
+            raise ValueError(
+                f"base LM has vocab_size {base.vocab_size} and order {base.order}; "
+                f"this one has {vocab_size} and {order}"
+            )
         self.vocab_size = vocab_size
         self.order = order
         self.base = base
@@ -54,9 +56,7 @@ class KatzBackoffLM:
         """Forget the whole corpus."""
         # _cont[k][h][w] = c(h, w) for k-grams (history h has k-1 tokens), k = 1..n;
         # index 0 is unused so that the index is the order.
-        self._cont: list[dict[tuple[int, ...], dict[int, int]]] = [
-            {} for _ in range(self.order + 1)
-        ]
+        self._cont: list[dict[tuple[int, ...], dict[int, int]]] = [{} for _ in range(self.order + 1)]
         # _hist[k][h] = c(h) = sum_w c(h, w): kept alongside so a lookup is O(1).
         self._hist: list[dict[tuple[int, ...], int]] = [{} for _ in range(self.order + 1)]
         # _count_of_counts[k][r] = number of distinct k-grams seen exactly r times (Good-Turing n_r).
@@ -89,7 +89,7 @@ class KatzBackoffLM:
             for k in range(1, n + 1):
                 if len(tail) < k - 1:
                     break  # stream too short for this and higher orders
-                h = tuple(tail[len(tail) - (k - 1):]) if k > 1 else ()
+                h = tuple(tail[len(tail) - (k - 1) :]) if k > 1 else ()
                 conts = self._cont[k].setdefault(h, {})
                 r = conts.get(w, 0)
                 conts[w] = r + 1
@@ -181,11 +181,11 @@ class KatzBackoffLM:
         O(#continuations) Python work; no loop over the vocabulary.
         """
         p = self._base()
-        ctx = list(context[-(self.order - 1):]) if self.order > 1 else []
+        ctx = list(context[-(self.order - 1) :]) if self.order > 1 else []
         for k in range(2, self.order + 1):
             if len(ctx) < k - 1:
                 break
-            h = tuple(int(t) for t in ctx[len(ctx) - (k - 1):])
+            h = tuple(int(t) for t in ctx[len(ctx) - (k - 1) :])
             conts, c_h = self._continuations(k, h)
             if not conts:
                 continue
@@ -227,8 +227,11 @@ def write_corpus(path, tokens: list[int], vocab_size: int, source: str = "") -> 
     """A token-id corpus for an n-gram level (int32 safetensors, with its vocabulary size)."""
     from safetensors.torch import save_file
 
-    save_file({"tokens": torch.tensor(tokens, dtype=torch.int32)}, str(path),
-              metadata={"vocab_size": str(vocab_size), "source": source})
+    save_file(
+        {"tokens": torch.tensor(tokens, dtype=torch.int32)},
+        str(path),
+        metadata={"vocab_size": str(vocab_size), "source": source},
+    )
 
 
 def read_corpus(path, vocab_size: int) -> list[int]:
@@ -243,8 +246,9 @@ def read_corpus(path, vocab_size: int) -> list[int]:
         raise ValueError(f"n-gram corpus {str(path)!r} is unreadable (not a token-id corpus file): {e}") from None
     have = int(meta.get("vocab_size", -1))
     if have != vocab_size:
-        raise ValueError(f"n-gram corpus {str(path)!r} was made for a vocabulary of {have} tokens; "
-                         f"the target has {vocab_size}")
+        raise ValueError(
+            f"n-gram corpus {str(path)!r} was made for a vocabulary of {have} tokens; the target has {vocab_size}"
+        )
     return tokens.tolist()
 
 
@@ -257,9 +261,7 @@ def _check_lookup_args(k: int, max_ngram: int, min_ngram: int) -> None:
     if min_ngram < 1:
         raise ValueError(f"min_ngram must be >= 1, got {min_ngram}")
     if max_ngram < min_ngram:
-        raise ValueError(
-            f"max_ngram must be >= min_ngram ({min_ngram}), got {max_ngram}"
-        )
+        raise ValueError(f"max_ngram must be >= min_ngram ({min_ngram}), got {max_ngram}")
 
 
 def _occurrences(context: list[int], n: int):
@@ -270,15 +272,13 @@ def _occurrences(context: list[int], n: int):
     L = len(context)
     if L < n + 1:
         return
-    pattern = context[L - n:]
+    pattern = context[L - n :]
     for start in range(L - n - 1, -1, -1):
-        if context[start:start + n] == pattern:
+        if context[start : start + n] == pattern:
             yield start + n
 
 
-def prompt_lookup(
-    context: list[int], k: int, max_ngram: int = 3, min_ngram: int = 1
-) -> list[int]:
+def prompt_lookup(context: list[int], k: int, max_ngram: int = 3, min_ngram: int = 1) -> list[int]:
     """Draft up to ``k`` tokens by copying what followed the context's suffix before.
 
     For n = max_ngram down to min_ngram, the last n tokens are the pattern; the first n
@@ -319,7 +319,7 @@ def prompt_lookup_candidates(
     seen_conts: set[tuple[int, ...]] = set()
     for n in range(max_ngram, min_ngram - 1, -1):
         for end in _occurrences(context, n):
-            cont = context[end:end + k]
+            cont = context[end : end + k]
             if tuple(cont) in seen_conts:
                 continue
             seen_conts.add(tuple(cont))

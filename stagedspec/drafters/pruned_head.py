@@ -48,10 +48,16 @@ def corpus_files(max_bytes: int) -> list[Path]:
 def token_counts(tokenizer, vocab_size: int, cache_dir: Path | None = None, max_bytes: int = 4_000_000) -> torch.Tensor:
     """Occurrences of each token id in the corpus (``corpus_files``), cached in ``cache_dir``."""
     files = corpus_files(max_bytes)
-    key = hashlib.sha256(json.dumps({
-        "files": [[str(f), f.stat().st_size] for f in files], "vocab": vocab_size,
-        "tokenizer": getattr(tokenizer, "name_or_path", ""), "tokens": len(tokenizer),
-    }).encode()).hexdigest()[:16]
+    key = hashlib.sha256(
+        json.dumps(
+            {
+                "files": [[str(f), f.stat().st_size] for f in files],
+                "vocab": vocab_size,
+                "tokenizer": getattr(tokenizer, "name_or_path", ""),
+                "tokens": len(tokenizer),
+            }
+        ).encode()
+    ).hexdigest()[:16]
     path = None if cache_dir is None else Path(cache_dir) / f"head-counts-{key}.pt"
     if path is not None and path.is_file():
         return torch.load(path)
@@ -86,8 +92,9 @@ def pruned_copy(model: nn.Module, ids: torch.Tensor) -> nn.Module:
     V = head.weight.shape[0]
     if int(ids.max()) >= V:
         raise ValueError(f"pruned head: id {int(ids.max())} is outside the vocabulary of {V}")
-    small = nn.Linear(head.in_features, len(ids), bias=head.bias is not None,
-                      device=head.weight.device, dtype=head.weight.dtype)
+    small = nn.Linear(
+        head.in_features, len(ids), bias=head.bias is not None, device=head.weight.device, dtype=head.weight.dtype
+    )
     small.requires_grad_(False)
     small.weight.data = head.weight.detach()[ids.to(head.weight.device)].clone()
     if head.bias is not None:

@@ -6,7 +6,7 @@ them. The protocol itself (``Drafter``) is the engine's: ``stagedspec/engine/dra
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -29,13 +29,13 @@ class NodeDist:
     pick: int | None = None
 
     @staticmethod
-    def from_scores(raw: torch.Tensor, sampling: SamplingConfig, pick: int | None = None) -> "NodeDist":
+    def from_scores(raw: torch.Tensor, sampling: SamplingConfig, pick: int | None = None) -> NodeDist:
         """One node's, from its raw scores (q processed from them unless greedy)."""
         raw = raw.float()
         return NodeDist(raw=raw, q=None if sampling.greedy else probabilities(raw, sampling), pick=pick)
 
     @staticmethod
-    def many(raw: torch.Tensor, sampling: SamplingConfig) -> list["NodeDist"]:
+    def many(raw: torch.Tensor, sampling: SamplingConfig) -> list[NodeDist]:
         """One per row of ``raw`` ([n, V]), processed in one call (per-row calls dominate
         a large batch's drafting time)."""
         raw = raw.float()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -40,10 +40,12 @@ class SpeculativeDecoder:
         """``plan``: the kernel path of every model forward, target and draft levels alike
         (``kernels.py``); the default is Hugging Face's own, bit for bit."""
         if plan.int4_rows and not plan.int4_exact:
-            raise ValueError(f"kernel plan {plan.describe()!r} multiplies by re-quantized 4-bit weights (int4_rows="
-                             f"{plan.int4_rows}), which changes the model: only a draft level may use it "
-                             f"(levels.<name>.int4_rows); give the target a plan with int4_rows=0, or its file's "
-                             f"own 4-bit weights (target.weights=gguf_q4)")
+            raise ValueError(
+                f"kernel plan {plan.describe()!r} multiplies by re-quantized 4-bit weights (int4_rows="
+                f"{plan.int4_rows}), which changes the model: only a draft level may use it "
+                f"(levels.<name>.int4_rows); give the target a plan with int4_rows=0, or its file's "
+                f"own 4-bit weights (target.weights=gguf_q4)"
+            )
         self.plan = plan
         self.kv = KVModel(target, name=TARGET, plan=plan)
         self.drafter = drafter
@@ -54,8 +56,10 @@ class SpeculativeDecoder:
         self.features = drafter is not None and drafter.wants_features
         for lv in self.levels[:-1]:
             if lv.wants_features:
-                raise ValueError(f"level {lv.name!r} reads the target's hidden states, so it must draft directly "
-                                 f"for the target, not for the level above it")
+                raise ValueError(
+                    f"level {lv.name!r} reads the target's hidden states, so it must draft directly "
+                    f"for the target, not for the level above it"
+                )
         for lv in self.levels:
             v = getattr(lv, "vocab_size", None)
             if v is not None and v != self.kv.vocab_size:
@@ -92,7 +96,9 @@ class SpeculativeDecoder:
                     f"{depth} it needs {need} positions, more than the context length {self.context_length}"
                 )
 
-    def generate(self, prompts: list[list[int]], max_new_tokens: int, on_round: OnRound | None = None) -> GenerationResult:
+    def generate(
+        self, prompts: list[list[int]], max_new_tokens: int, on_round: OnRound | None = None
+    ) -> GenerationResult:
         """Decode every prompt. ``on_round(i, new_ids, origins, stats, finished)``, if given,
         is called once per round per sequence as the round commits: prompt i's new tokens,
         the level that proposed each, the round's ``RoundStats``, and ``"eos"``/``"length"``
@@ -127,9 +133,17 @@ class SpeculativeDecoder:
             self.drafter.prefill(contexts)
         return features
 
-    def _round(self, contexts: list[list[int]], results: list[SequenceResult], active: list[int],
-               features: _Features | None, gen: torch.Generator, res: GenerationResult, max_new_tokens: int,
-               on_round: OnRound | None) -> list[int]:
+    def _round(
+        self,
+        contexts: list[list[int]],
+        results: list[SequenceResult],
+        active: list[int],
+        features: _Features | None,
+        gen: torch.Generator,
+        res: GenerationResult,
+        max_new_tokens: int,
+        on_round: OnRound | None,
+    ) -> list[int]:
         """One round: draft, score every row's tree in one target call, verify and commit
         each row; returns the rows still decoding."""
         ctxs = [contexts[i] for i in active]
@@ -152,8 +166,9 @@ class SpeculativeDecoder:
             if features is not None:  # the target's states at what it now holds: tail + accepted path
                 n_tail = tail_lens[row]
                 features.append(row, states[row][list(range(n_tail)) + [n_tail + j for j in path]])
-            new, origin, stats = self._commit(contexts[i], results[i], tree, path, tok, max_new_tokens,
-                                              padding=n_max - widths[row])
+            new, origin, stats = self._commit(
+                contexts[i], results[i], tree, path, tok, max_new_tokens, padding=n_max - widths[row]
+            )
             if not results[i].finished_reason:
                 keep.append(row)
             if on_round is not None:
@@ -169,8 +184,9 @@ class SpeculativeDecoder:
             active = [active[r] for r in keep]
         res.target_calls += 1
         t3 = time.perf_counter()
-        res.phase_times.append(PhaseTimes(draft=t1 - t0, verify=t2 - t1, overhead=t3 - t2, draft_calls=calls,
-                                          rows=len(trees), width=n_max))
+        res.phase_times.append(
+            PhaseTimes(draft=t1 - t0, verify=t2 - t1, overhead=t3 - t2, draft_calls=calls, rows=len(trees), width=n_max)
+        )
         return active
 
     def _verify(self, tree: DraftTree, logits: torch.Tensor, gen: torch.Generator) -> tuple[list[int], int]:
@@ -179,8 +195,16 @@ class SpeculativeDecoder:
             return verify_tree_greedy(tree, logits.argmax(-1).tolist())
         return verify_tree(tree, probabilities(logits, self.sampling), gen)
 
-    def _commit(self, context: list[int], result: SequenceResult, tree: DraftTree, path: list[int], tok: int,
-                max_new_tokens: int, padding: int) -> tuple[list[int], list[str], RoundStats]:
+    def _commit(
+        self,
+        context: list[int],
+        result: SequenceResult,
+        tree: DraftTree,
+        path: list[int],
+        tok: int,
+        max_new_tokens: int,
+        padding: int,
+    ) -> tuple[list[int], list[str], RoundStats]:
         """Append a row's accepted tokens and the target's own (cut at ``max_new_tokens`` and
         at the first eos) to its context and result, with the round's stats; sets
         ``finished_reason`` when the row ends here. Returns the new tokens, the level that
@@ -196,10 +220,15 @@ class SpeculativeDecoder:
         result.output_ids.extend(new)
         result.provenance.extend(origin)
         stats = RoundStats(
-            drafted=dict(tree.drafted), accepted=dict(tree.accepted),
-            emitted=len(new), target_positions=1 + len(tree), accepted_depth=len(path),
-            rejected=(path[-1] if path else -1) in tree.parents, draft_depth=tree.depth(),
-            tree_nodes=len(tree), padding_positions=padding,
+            drafted=dict(tree.drafted),
+            accepted=dict(tree.accepted),
+            emitted=len(new),
+            target_positions=1 + len(tree),
+            accepted_depth=len(path),
+            rejected=(path[-1] if path else -1) in tree.parents,
+            draft_depth=tree.depth(),
+            tree_nodes=len(tree),
+            padding_positions=padding,
         )
         if result.draft_level is not None:
             owner = tree.owner or result.draft_level

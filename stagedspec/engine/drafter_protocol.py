@@ -25,7 +25,7 @@ class Drafter(ABC):
     name: str = "drafter"
     k: int = 1
     tree: TreeShapeT = None
-    lower: "Drafter | None" = None
+    lower: Drafter | None = None
     wants_features: bool = False
     """True for a level that reads the target's hidden states (an EAGLE-style feature
     draft): the decoder then passes them to ``propose``. Only the level drafting directly
@@ -37,9 +37,11 @@ class Drafter(ABC):
         A ``tree=auto`` must be resolved to a shape before (``stagedspec/tuning/``, from a
         job's assembly): the engine never measures nor chooses."""
         if isinstance(self.tree, AutoShape):
-            raise ValueError(f"level {self.name!r}: tree=auto is unresolved; resolve it before decoding with "
-                             "stagedspec.tuning.auto_tree.resolve_auto_tree(drafter, target, sampling, plan) "
-                             "(evaluation.job.assemble_job does)")
+            raise ValueError(
+                f"level {self.name!r}: tree=auto is unresolved; resolve it before decoding with "
+                "stagedspec.tuning.auto_tree.resolve_auto_tree(drafter, target, sampling, plan) "
+                "(evaluation.job.assemble_job does)"
+            )
         self.sampling = sampling
         self.generator = generator
         if self.lower is not None:
@@ -68,7 +70,7 @@ class Drafter(ABC):
         if self.lower is not None:
             self.lower.keep_rows(rows)
 
-    def levels(self) -> list["Drafter"]:
+    def levels(self) -> list[Drafter]:
         """This level and the ones below it, lowest first."""
         return (self.lower.levels() if self.lower is not None else []) + [self]
 

@@ -47,7 +47,7 @@ import dataclasses
 import logging
 import types
 from dataclasses import dataclass
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -59,7 +59,7 @@ ATTN_NAME = "stagedspec_sdpa"
 PATH_LINEAR = "linear"  # F.linear: what nn.Linear and Hugging Face compute
 PATH_MKLDNN = "mkldnn"  # oneDNN with the weight reordered once (any row count)
 PATH_WXT = "wxt"  # (W @ x.T).T: the other operand order, which MKL runs as a different GEMM (any dtype;
-                  # in bfloat16 on CPUs without AVX-512, where oneDNN has no bfloat16 path, the only other choice)
+# in bfloat16 on CPUs without AVX-512, where oneDNN has no bfloat16 path, the only other choice)
 PATH_INT4 = "int4"  # 4-bit weights (groups of INT4_GROUP, scale and zero each): a draft's plan only
 INT4_GROUP = 32
 MKL_ROWS = (4, 8, 16)  # MKL sgemm with the weight packed for exactly b rows ("mkl4", ...)
@@ -104,8 +104,14 @@ class KernelPlan:
     @property
     def bitwise_hf(self) -> bool:
         """True when every choice is Hugging Face's own (greedy equals ``generate``)."""
-        return (not self.gqa_packing and not self.slot_cache and not self.lean_layers and not self.int4_rows
-                and all(p == PATH_LINEAR for p in self.linear) and self.long_path == PATH_LINEAR)
+        return (
+            not self.gqa_packing
+            and not self.slot_cache
+            and not self.lean_layers
+            and not self.int4_rows
+            and all(p == PATH_LINEAR for p in self.linear)
+            and self.long_path == PATH_LINEAR
+        )
 
     def path(self, rows: int, int4_ok: bool = True) -> str:
         """The GEMM path of a Linear call on ``rows`` rows (``int4_ok``: the module's
@@ -114,7 +120,7 @@ class KernelPlan:
             return PATH_INT4
         return self.linear[rows - 1] if rows <= len(self.linear) else self.long_path
 
-    def for_draft(self, int4_rows: int) -> "KernelPlan":
+    def for_draft(self, int4_rows: int) -> KernelPlan:
         """This plan for a draft model whose Linear calls on up to ``int4_rows`` rows take
         4-bit weights (0: the plan unchanged)."""
         if not int4_rows:
@@ -142,9 +148,16 @@ class KernelPlan:
         if self.long_path != PATH_LINEAR:
             runs.append(f"{len(self.linear) + 1}+ {self.long_path}")
         own = "the file's own " if self.int4_exact else ""
-        extras = [x for x, on in (("gqa packing", self.gqa_packing), ("slot cache", self.slot_cache),
-                                  ("lean layers", self.lean_layers),
-                                  (f"{own}4-bit weights at 1-{self.int4_rows} rows", self.int4_rows)) if on]
+        extras = [
+            x
+            for x, on in (
+                ("gqa packing", self.gqa_packing),
+                ("slot cache", self.slot_cache),
+                ("lean layers", self.lean_layers),
+                (f"{own}4-bit weights at 1-{self.int4_rows} rows", self.int4_rows),
+            )
+            if on
+        ]
         return f"{self.name}: " + "; ".join([", ".join(runs) or "linear"] + extras)
 
 
@@ -199,8 +212,9 @@ def int4_fits(module: nn.Linear) -> bool:
     return out_f % 16 == 0 and in_f % INT4_GROUP == 0
 
 
-def int4_pack_codes(q: torch.Tensor, scale: torch.Tensor, lo: torch.Tensor,
-                    dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def int4_pack_codes(
+    q: torch.Tensor, scale: torch.Tensor, lo: torch.Tensor, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Codes q ([out, in], 0..15) with per-group scale and minimum ([in / group, out], weight
     ``q * scale + lo``) in the layout of torch's CPU int4 kernel, its scales in ``dtype``."""
     # the kernel computes (q - 8) * scale + zero
@@ -283,8 +297,9 @@ def available_paths(dtype: torch.dtype, device: torch.device) -> list[str]:
 
 
 # --------------------------------------------------------------------------- attention
-def _packed_gqa_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
-                          is_causal=None, **kwargs):
+def _packed_gqa_attention(
+    module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs
+):
     """SDPA with the query heads of each KV group stacked as extra query rows, so the KV
     cache is read as stored instead of repeated per query head (Hugging Face does this
     for one query row; verification feeds several)."""
@@ -293,18 +308,21 @@ def _packed_gqa_attention(module, query, key, value, attention_mask, dropout=0.0
     plan = _ACTIVE
     groups = getattr(module, "num_key_value_groups", 1)
     if plan is None or not plan.gqa_packing or groups == 1 or kwargs.get("position_bias") is not None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      is_causal=is_causal, **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
+        )
     B, H, n, D = query.shape
     Hkv, T = key.shape[1], key.shape[2]
     if attention_mask is None and n > 1:  # plain causal rows at the end of the cache
         attention_mask = torch.zeros(n, T, dtype=query.dtype, device=query.device)
-        attention_mask[:, T - n:] = torch.full((n, n), torch.finfo(query.dtype).min, dtype=query.dtype,
-                                                device=query.device).triu(1)
+        attention_mask[:, T - n :] = torch.full(
+            (n, n), torch.finfo(query.dtype).min, dtype=query.dtype, device=query.device
+        ).triu(1)
         attention_mask = attention_mask[None, None]
     elif attention_mask is not None and attention_mask.dtype == torch.bool:
         attention_mask = torch.zeros_like(attention_mask, dtype=query.dtype).masked_fill(
-            ~attention_mask, torch.finfo(query.dtype).min)
+            ~attention_mask, torch.finfo(query.dtype).min
+        )
     q = query.reshape(B, Hkv, groups * n, D)  # head h = g * groups + r -> row r * n + i
     mask = attention_mask
     if mask is not None:
@@ -326,13 +344,17 @@ def _register_attention() -> None:
 _TF = "transformers.models."
 LEAN_CLASSES: dict[str, tuple[str, str, str]] = {
     _TF + "llama.modeling_llama.LlamaDecoderLayer": (
-        _TF + "llama.modeling_llama.LlamaAttention", _TF + "llama.modeling_llama.LlamaMLP",
-        _TF + "llama.modeling_llama.LlamaRMSNorm"),
+        _TF + "llama.modeling_llama.LlamaAttention",
+        _TF + "llama.modeling_llama.LlamaMLP",
+        _TF + "llama.modeling_llama.LlamaRMSNorm",
+    ),
     # Llama with biases on q/k/v (the fused GEMM carries them) and optional sliding-window
     # layers (refused per layer below: the lean attention has no window)
     _TF + "qwen2.modeling_qwen2.Qwen2DecoderLayer": (
-        _TF + "qwen2.modeling_qwen2.Qwen2Attention", _TF + "qwen2.modeling_qwen2.Qwen2MLP",
-        _TF + "qwen2.modeling_qwen2.Qwen2RMSNorm"),
+        _TF + "qwen2.modeling_qwen2.Qwen2Attention",
+        _TF + "qwen2.modeling_qwen2.Qwen2MLP",
+        _TF + "qwen2.modeling_qwen2.Qwen2RMSNorm",
+    ),
 }
 """Decoder-layer classes whose mathematics ``_lean_layer_forward`` reproduces, with the
 attention, MLP and norm classes each is built from. By class, not by submodule names:
@@ -340,8 +362,16 @@ Granite's layer has exactly Llama's submodules but scales each residual branch
 (``residual_multiplier``), SmolLM3's skips RoPE on some layers; names alone let both
 through and their logits changed."""
 
-_CONFIG_EXTRAS = ("residual_multiplier", "attention_multiplier", "embedding_multiplier", "no_rope_layers",
-                  "no_rope_layer_interval", "use_qk_norm", "qk_layernorm", "attn_logit_softcapping")
+_CONFIG_EXTRAS = (
+    "residual_multiplier",
+    "attention_multiplier",
+    "embedding_multiplier",
+    "no_rope_layers",
+    "no_rope_layer_interval",
+    "use_qk_norm",
+    "qk_layernorm",
+    "attn_logit_softcapping",
+)
 """Config fields of families whose layers do more than Llama's; a whitelisted layer under
 a config that has one (a converted or hand-edited config) is left on Hugging Face's path."""
 
@@ -363,13 +393,14 @@ def _is_llama_layer(layer: nn.Module) -> bool:
         return False
     attn, mlp = layer.self_attn, layer.mlp
     if (_qualname(attn), _qualname(mlp)) != parts[:2] or any(
-            _qualname(getattr(layer, n)) != parts[2] for n in ("input_layernorm", "post_attention_layernorm")):
+        _qualname(getattr(layer, n)) != parts[2] for n in ("input_layernorm", "post_attention_layernorm")
+    ):
         return False
-    if ({n for n, _ in attn.named_children()} != _ATTN_PARTS
-            or {n for n, _ in mlp.named_children()} != _MLP_PARTS):
+    if {n for n, _ in attn.named_children()} != _ATTN_PARTS or {n for n, _ in mlp.named_children()} != _MLP_PARTS:
         return False
-    if (len({attn.q_proj.bias is None, attn.k_proj.bias is None, attn.v_proj.bias is None}) != 1
-            or (mlp.gate_proj.bias is None) != (mlp.up_proj.bias is None)):
+    if len({attn.q_proj.bias is None, attn.k_proj.bias is None, attn.v_proj.bias is None}) != 1 or (
+        mlp.gate_proj.bias is None
+    ) != (mlp.up_proj.bias is None):
         return False
     cfg = getattr(attn, "config", None)
     layer_types = getattr(cfg, "layer_types", None)
@@ -379,7 +410,8 @@ def _is_llama_layer(layer: nn.Module) -> bool:
         and (layer_types is None or idx is None or layer_types[idx] == "full_attention")
         and all(getattr(cfg, x, None) in (None, False) for x in _CONFIG_EXTRAS)
         and all(hasattr(getattr(layer, n), "variance_epsilon") for n in ("input_layernorm", "post_attention_layernorm"))
-        and hasattr(attn, "head_dim") and hasattr(attn, "scaling")
+        and hasattr(attn, "head_dim")
+        and hasattr(attn, "scaling")
     )
 
 
@@ -427,8 +459,12 @@ def gemm_module_parts(model: nn.Module) -> list[tuple[nn.Linear, list[str]]]:
         if hasattr(mod, "_stagedspec_forward"):
             qkv, gate_up = _ensure_fused(mod)
             p = f"{name}." if name else ""
-            out += [(qkv, [f"{p}self_attn.{x}_proj" for x in "qkv"]), (mod.self_attn.o_proj, [f"{p}self_attn.o_proj"]),
-                    (gate_up, [f"{p}mlp.gate_proj", f"{p}mlp.up_proj"]), (mod.mlp.down_proj, [f"{p}mlp.down_proj"])]
+            out += [
+                (qkv, [f"{p}self_attn.{x}_proj" for x in "qkv"]),
+                (mod.self_attn.o_proj, [f"{p}self_attn.o_proj"]),
+                (gate_up, [f"{p}mlp.gate_proj", f"{p}mlp.up_proj"]),
+                (mod.mlp.down_proj, [f"{p}mlp.down_proj"]),
+            ]
             inside |= {id(m) for m in mod.modules()}
         elif isinstance(mod, nn.Linear) and id(mod) not in inside:
             out.append((mod, [name]))
@@ -445,7 +481,9 @@ def prepack(model: nn.Module, plan: KernelPlan) -> int:
     would otherwise pack each module at its first call on a path: for a plan read from the
     cache, inside the first timed round at that row count, seconds for a 1.5B model).
     Returns the packs made."""
-    paths = sorted({q for q in plan.linear if q not in (PATH_LINEAR, PATH_WXT)} | ({PATH_INT4} if plan.int4_rows else set()))
+    paths = sorted(
+        {q for q in plan.linear if q not in (PATH_LINEAR, PATH_WXT)} | ({PATH_INT4} if plan.int4_rows else set())
+    )
     made = 0
     with torch.no_grad():
         for mod in gemm_modules(model) if paths else ():
@@ -463,15 +501,29 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     return x * cos + rotated * sin
 
 
-def _lean_layer_forward(self, hidden_states, attention_mask=None, position_ids=None, cache=None, use_cache=False,
-                        position_embeddings=None, **kwargs):
+def _lean_layer_forward(
+    self,
+    hidden_states,
+    attention_mask=None,
+    position_ids=None,
+    cache=None,
+    use_cache=False,
+    position_embeddings=None,
+    **kwargs,
+):
     """A Llama decoder layer as one function (gpt-fast style): the same mathematics as
     Hugging Face's modules with two fused GEMMs and fused norms."""
     plan = _ACTIVE
     if plan is None or not plan.lean_layers:
-        return self._stagedspec_forward(hidden_states, attention_mask=attention_mask, position_ids=position_ids,
-                                        cache=cache, use_cache=use_cache, position_embeddings=position_embeddings,
-                                        **kwargs)
+        return self._stagedspec_forward(
+            hidden_states,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            use_cache=use_cache,
+            position_embeddings=position_embeddings,
+            **kwargs,
+        )
     attn, mlp = self.self_attn, self.mlp
     qkv, gate_up = _ensure_fused(self)
     B, n, H = hidden_states.shape
@@ -582,6 +634,8 @@ def check_lean_layers(model: nn.Module, tokens: int = 8) -> None:
         for m in lean:  # back to Hugging Face's forward: the model stays usable through HF_PLAN
             m.forward = m._stagedspec_forward
             del m._stagedspec_forward
-        raise ValueError(f"the lean layer forward does not reproduce {', '.join(classes)} ({why}, allowed "
-                         f"{rtol:g} in {str(p.dtype).removeprefix('torch.')}); run this model with kernels=hf")
+        raise ValueError(
+            f"the lean layer forward does not reproduce {', '.join(classes)} ({why}, allowed "
+            f"{rtol:g} in {str(p.dtype).removeprefix('torch.')}); run this model with kernels=hf"
+        )
     log.debug("lean layers checked against HF on %d tokens (%s): %s", tokens, ", ".join(classes), why)

@@ -123,11 +123,18 @@ def _refuse_cache_layers_we_do_not_handle(model: torch.nn.Module) -> None:
         if type(layer) is DynamicLayer:
             continue
         window = getattr(layer, "sliding_window", None)
-        if isinstance(layer, DynamicSlidingWindowLayer) and window is not None and context is not None \
-                and window >= context:
+        if (
+            isinstance(layer, DynamicSlidingWindowLayer)
+            and window is not None
+            and context is not None
+            and window >= context
+        ):
             continue
-        what = (f"a sliding window of {window} tokens (context {context})" if isinstance(layer, DynamicSlidingWindowLayer)
-                else f"a {type(layer).__name__} cache layer")
+        what = (
+            f"a sliding window of {window} tokens (context {context})"
+            if isinstance(layer, DynamicSlidingWindowLayer)
+            else f"a {type(layer).__name__} cache layer"
+        )
         raise ValueError(
             f"model family {getattr(config, 'model_type', type(model).__name__)!r}: layer {i} has {what}; the KV "
             "cache here (rollback, token trees) handles plain full-attention layers only, so this model is refused "
@@ -144,8 +151,14 @@ class KVModel:
     frequency-pruned draft head), the token id of each head row; logits come back over
     the full vocabulary with -inf outside the subset, so q has zero mass there."""
 
-    def __init__(self, model: torch.nn.Module, name: str = "target", plan: KernelPlan = HF_PLAN,
-                 vocab_map: torch.Tensor | None = None, vocab_size: int | None = None) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        name: str = "target",
+        plan: KernelPlan = HF_PLAN,
+        vocab_map: torch.Tensor | None = None,
+        vocab_size: int | None = None,
+    ) -> None:
         self.model = model
         self.name = name
         self.plan = HF_PLAN
@@ -230,8 +243,9 @@ class KVModel:
 
     # ------------------------------------------------------------------- sync
     @torch.no_grad()
-    def sync(self, contexts: list[list[int]], min_tail: int = 0, keep_pending: bool = True,
-             keep_first: int | None = None) -> list[list[int]]:
+    def sync(
+        self, contexts: list[list[int]], min_tail: int = 0, keep_pending: bool = True, keep_first: int | None = None
+    ) -> list[list[int]]:
         """Commit the pending path that matches each context, roll back what the context
         no longer has, and return each row's tail (context tokens not in the cache).
 
@@ -276,7 +290,7 @@ class KVModel:
         if min_tail:
             self._rollback([ctx[: max(0, min(len(t), len(ctx) - min_tail))] for ctx, t in zip(contexts, self.tokens)])
         self._rollback(contexts)
-        return [ctx[len(toks):] for ctx, toks in zip(contexts, self.tokens)]
+        return [ctx[len(toks) :] for ctx, toks in zip(contexts, self.tokens)]
 
     def _match_pending(self, b: int, ctx: list[int]) -> list[int]:
         """Pending slots of row b spelling ctx after the committed tokens (first match wins;
@@ -315,8 +329,12 @@ class KVModel:
     # ---------------------------------------------------------------- forward
     @torch.no_grad()
     def extend(
-        self, tokens: list[list[int]], parents: list[list[int]], want: list[list[int]],
-        inputs: list[torch.Tensor] | None = None, hidden: list[list[int]] | None = None,
+        self,
+        tokens: list[list[int]],
+        parents: list[list[int]],
+        want: list[list[int]],
+        inputs: list[torch.Tensor] | None = None,
+        hidden: list[list[int]] | None = None,
     ):
         """Feed new pending nodes and return float32 logits at the wanted new nodes.
 
@@ -348,8 +366,9 @@ class KVModel:
             return logits
         return logits, [states[b, idx] for b, idx in enumerate(hidden)]
 
-    def _add_pending(self, tokens: list[list[int]], parents: list[list[int]], n: int
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _add_pending(
+        self, tokens: list[list[int]], parents: list[list[int]], n: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Append ``n`` pending slots per row (the row's new nodes, then padding slots that
         attend only to themselves) with their parents, depths and ancestors; return the
         token ids ``[B, n]`` and position ids (committed length + depth) to feed."""
@@ -390,8 +409,9 @@ class KVModel:
         allowed = torch.zeros(B, n, T + n, dtype=torch.bool)
         allowed[:, :, :c] = self.valid[:, None, :c]
         allowed[:, :, c:] = self.pending_ancestors[:, P:, :]
-        if (n == 1 and bool(allowed.all())) or (P == 0 and torch.equal(allowed[:, :, c:], _tril(n, B))
-                                         and bool(self.valid[:, :c].all())):
+        if (n == 1 and bool(allowed.all())) or (
+            P == 0 and torch.equal(allowed[:, :, c:], _tril(n, B)) and bool(self.valid[:, :c].all())
+        ):
             return None
         # additive float mask: a boolean 4D mask gives wrong logits with eager attention
         mask = torch.zeros(B, 1, n, T + n, dtype=self.dtype)
@@ -407,8 +427,9 @@ class KVModel:
             embeds[b, : len(x)] = x
         return {"inputs_embeds": embeds}
 
-    def _forward(self, feed: dict[str, torch.Tensor], mask: torch.Tensor | None, pos: torch.Tensor,
-                 want: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _forward(
+        self, feed: dict[str, torch.Tensor], mask: torch.Tensor | None, pos: torch.Tensor, want: list[list[int]]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """One decoder forward under the kernel plan; float32 logits at the wanted new
         nodes (rows concatenated, over the full vocabulary) and every new node's last
         hidden state."""
@@ -423,8 +444,11 @@ class KVModel:
             states = out.last_hidden_state
             rows = torch.tensor([b for b, w in enumerate(want) for _ in w], dtype=torch.long, device=self.device)
             cols = torch.tensor([j for w in want for j in w], dtype=torch.long, device=self.device)
-            logits = (self.final_logits(self.head(states[rows, cols])).float() if len(rows)
-                      else states.new_zeros(0, self.head.weight.shape[0]))
+            logits = (
+                self.final_logits(self.head(states[rows, cols])).float()
+                if len(rows)
+                else states.new_zeros(0, self.head.weight.shape[0])
+            )
         if self.vocab_map is not None:
             full = logits.new_full((logits.shape[0], self.vocab_size), float("-inf"))
             full[:, self.vocab_map] = logits
@@ -433,19 +457,23 @@ class KVModel:
             torch.cuda.synchronize(self.device)
         return logits, states
 
-    def extend_chain(self, tails: list[list[int]], want_last: bool = True, inputs: list[torch.Tensor] | None = None,
-                     hidden: bool = False):
+    def extend_chain(
+        self,
+        tails: list[list[int]],
+        want_last: bool = True,
+        inputs: list[torch.Tensor] | None = None,
+        hidden: bool = False,
+    ):
         """Feed each row's tail as a chain continuing its committed tokens; with
         ``hidden``, also return the hidden states at every fed token."""
         P = self.n_pending
         parents = [[-1] + list(range(P, P + len(t) - 1)) if t else [] for t in tails]
         want = [[len(t) - 1] if (t and want_last) else [] for t in tails]
-        return self.extend(tails, parents, want, inputs=inputs,
-                           hidden=[list(range(len(t))) for t in tails] if hidden else None)
+        return self.extend(
+            tails, parents, want, inputs=inputs, hidden=[list(range(len(t))) for t in tails] if hidden else None
+        )
 
-    def extend_trees(
-        self, tails: list[list[int]], trees: list, rows: list[bool] | None = None, hidden: bool = False
-    ):
+    def extend_trees(self, tails: list[list[int]], trees: list, rows: list[bool] | None = None, hidden: bool = False):
         """Feed each row's tail as a chain with its draft tree hanging from the last tail
         token; return logits at that root and at every tree node (``[1 + nodes, V]``).
 
@@ -464,4 +492,3 @@ class KVModel:
             pars.append([-1] + list(range(P, root)) + [root if q < 0 else root + 1 + q for q in tree.parents])
             want.append(list(range(len(t) - 1, len(t) + len(tree.tokens))))
         return self.extend(toks, pars, want, hidden=[list(range(len(t))) for t in toks] if hidden else None)
-

@@ -42,7 +42,7 @@ def final_logit_processing(config: Any):
     return apply
 
 
-_CHECKED: "weakref.WeakSet[nn.Module]" = weakref.WeakSet()
+_CHECKED: weakref.WeakSet[nn.Module] = weakref.WeakSet()
 
 
 def check_logit_processing(model: nn.Module) -> None:
@@ -55,8 +55,9 @@ def check_logit_processing(model: nn.Module) -> None:
     through the causal LM it wraps."""
     if model in _CHECKED:
         return
-    hf = next((m for m in model.modules() if isinstance(m, PreTrainedModel)
-               and m.get_output_embeddings() is not None), None)
+    hf = next(
+        (m for m in model.modules() if isinstance(m, PreTrainedModel) and m.get_output_embeddings() is not None), None
+    )
     if hf is None:
         return
     family = getattr(hf.config, "model_type", type(hf).__name__)
@@ -68,8 +69,10 @@ def check_logit_processing(model: nn.Module) -> None:
             states = hf.get_decoder()(input_ids=ids, use_cache=False).last_hidden_state
             ours = final_logit_processing(hf.config)(hf.get_output_embeddings()(states)).float()
     except Exception as e:  # noqa: BLE001 - any failure means we cannot vouch for its p
-        raise ValueError(f"model family {family!r} ({type(hf).__name__}): could not compare its own logits with "
-                         f"the cache code's ({type(e).__name__}: {e})") from e
+        raise ValueError(
+            f"model family {family!r} ({type(hf).__name__}): could not compare its own logits with "
+            f"the cache code's ({type(e).__name__}: {e})"
+        ) from e
     diff = float((own - ours).abs().max())
     tol = (1e-4 if p.dtype == torch.float32 else 2e-2) * max(1.0, float(own.abs().max()))
     if own.shape != ours.shape or diff > tol:

@@ -105,13 +105,15 @@ class AutoShape:
         """The deepest tree it may choose (the calibration's depth)."""
         return len(self.widths)
 
-    def calibration_shape(self) -> "StaticShape":
+    def calibration_shape(self) -> StaticShape:
         paths = [(0,) * d + (r,) for d, w in enumerate(self.widths) for r in range(w)]
         return _check_paths(tuple(paths))
 
     def __str__(self) -> str:
-        return (f"auto(max_nodes={self.max_nodes},widths={list(self.widths)},prompts={self.prompts},"
-                f"source={self.source},tokens={self.tokens})").replace(" ", "")
+        return (
+            f"auto(max_nodes={self.max_nodes},widths={list(self.widths)},prompts={self.prompts},"
+            f"source={self.source},tokens={self.tokens})"
+        ).replace(" ", "")
 
 
 TreeShapeT = StaticShape | DynamicShape | AutoShape | None
@@ -149,8 +151,10 @@ class TreeShape:
                 return shape
             if set(x) == {"auto"}:
                 return _parse_auto(dict(x["auto"] or {}))
-            raise ValueError(f"tree: expected a path list, {{'widths': [...]}}, {{'dynamic': {{...}}}} or "
-                             f"{{'auto': {{...}}}}, got {x!r}")
+            raise ValueError(
+                f"tree: expected a path list, {{'widths': [...]}}, {{'dynamic': {{...}}}} or "
+                f"{{'auto': {{...}}}}, got {x!r}"
+            )
         try:
             if any(not isinstance(i, int) or isinstance(i, bool) for p in x for i in p):
                 raise TypeError
@@ -259,4 +263,3 @@ class DraftTree:
             out.append(self.tokens[node])
             node = self.parents[node]
         return out[::-1]
-

@@ -53,9 +53,7 @@ def residual_after(p: torch.Tensor, q: torch.Tensor | None, x: int) -> torch.Ten
     return residual(p, q)
 
 
-def verify_tree(
-    tree: DraftTree, p: torch.Tensor, generator: torch.Generator | None
-) -> tuple[list[int], int]:
+def verify_tree(tree: DraftTree, p: torch.Tensor, generator: torch.Generator | None) -> tuple[list[int], int]:
     """Walk the tree from the root; return (accepted node indices, next token).
 
     ``p[0]`` is the target's distribution at the root, ``p[i + 1]`` at node i.

@@ -9,7 +9,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 RunFn = Callable[[list[list[int]], int, int], dict]
 """A method: (prompts, max_new_tokens, seed) -> {"outputs": [ids per prompt], and for ours
@@ -81,9 +81,18 @@ def record_key(rec: dict) -> tuple:
 
 
 def run_measurements(
-    methods: dict[str, RunFn], batches: dict[str, list[int]], prompts: list[list[int]], max_new_tokens: int,
-    batch_sizes: list[int], repeats: int, path: Path, config_hash: str, limit: int | None = None,
-    warmup_tokens: int = 8, clock: Callable[[], float] = time.perf_counter, log: Callable[[str], None] = print,
+    methods: dict[str, RunFn],
+    batches: dict[str, list[int]],
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    batch_sizes: list[int],
+    repeats: int,
+    path: Path,
+    config_hash: str,
+    limit: int | None = None,
+    warmup_tokens: int = 8,
+    clock: Callable[[], float] = time.perf_counter,
+    log: Callable[[str], None] = print,
     seed: int = 0,
 ) -> list[dict]:
     """Run every cell of ``schedule`` not yet in ``path`` (skipping done ones keeps the
@@ -117,11 +126,19 @@ def run_measurements(
             t0 = clock()
             out = methods[c.method](batch, max_new_tokens, seed + c.repeat)
             seconds = clock() - t0
-            rec = {"config": config_hash, "method": c.method, "batch": c.batch, "group": c.group,
-                   "prompts": list(c.prompts), "repeat": c.repeat, "seed": seed + c.repeat,
-                   "tokens": sum(len(o) for o in out["outputs"]), "seconds": seconds,
-                   "outputs": [list(map(int, o)) for o in out["outputs"]],
-                   **{k: out.get(k) for k in ("target_calls", "target_forward_time", "rounds", "drafted", "accepted")}}
+            rec = {
+                "config": config_hash,
+                "method": c.method,
+                "batch": c.batch,
+                "group": c.group,
+                "prompts": list(c.prompts),
+                "repeat": c.repeat,
+                "seed": seed + c.repeat,
+                "tokens": sum(len(o) for o in out["outputs"]),
+                "seconds": seconds,
+                "outputs": [list(map(int, o)) for o in out["outputs"]],
+                **{k: out.get(k) for k in ("target_calls", "target_forward_time", "rounds", "drafted", "accepted")},
+            }
             f.write(json.dumps(rec) + "\n")
             f.flush()
             os.fsync(f.fileno())

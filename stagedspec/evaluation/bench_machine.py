@@ -34,8 +34,9 @@ def read_bandwidth(megabytes: int = PROBE_MB, reps: int = 5, buf: torch.Tensor |
     return x.numel() * x.element_size() / min(_timed(x.sum) for _ in range(reps))
 
 
-def copy_bandwidth(megabytes: int = PROBE_MB, reps: int = 5, bufs: tuple[torch.Tensor, torch.Tensor] | None = None
-                   ) -> float:
+def copy_bandwidth(
+    megabytes: int = PROBE_MB, reps: int = 5, bufs: tuple[torch.Tensor, torch.Tensor] | None = None
+) -> float:
     """Copy bandwidth in bytes/s: the best of ``reps`` copies of a buffer larger than the
     caches, as bytes copied / seconds (each byte is read once and written once, so the
     memory moves twice this; STREAM's "Copy" counts both and reports twice this number)."""
@@ -65,7 +66,9 @@ def step_bytes(model: nn.Module, tokens: int = 1, plan: KernelPlan | None = None
         for mod in gemm_modules(model):
             pack = getattr(mod, "_stagedspec_packs", {}).get(PATH_INT4)
             if pack is not None and int4_allowed(mod, plan):
-                total += sum(t.numel() * t.element_size() for t in pack) - mod.weight.numel() * mod.weight.element_size()
+                total += (
+                    sum(t.numel() * t.element_size() for t in pack) - mod.weight.numel() * mod.weight.element_size()
+                )
     get = getattr(model, "get_input_embeddings", None)
     emb = get() if get is not None else None
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
@@ -88,8 +91,17 @@ def floor_pairs(step, nbytes: int, pairs: int = 15, megabytes: int = PROBE_MB, r
         rb = read_bandwidth(reps=reps, buf=src)
         cb = copy_bandwidth(reps=reps, bufs=(src, dst))
         s = min(_timed(step) for _ in range(reps))
-        out.append({"step_s": s, "read_bw": rb, "copy_bw": cb, "read_floor_s": nbytes / rb,
-                    "copy_floor_s": nbytes / cb, "vs_read_floor": s * rb / nbytes, "vs_copy_floor": s * cb / nbytes})
+        out.append(
+            {
+                "step_s": s,
+                "read_bw": rb,
+                "copy_bw": cb,
+                "read_floor_s": nbytes / rb,
+                "copy_floor_s": nbytes / cb,
+                "vs_read_floor": s * rb / nbytes,
+                "vs_copy_floor": s * cb / nbytes,
+            }
+        )
     return out
 
 

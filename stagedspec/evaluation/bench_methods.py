@@ -22,28 +22,46 @@ from .bench_log import RunFn
 from .bench_table import REFERENCE
 
 
-def hf_generate(model, prompt: list[int], n: int, eos: list[int] | None = None, temperature: float = 0.0,
-                **kw) -> list[int]:
+def hf_generate(
+    model, prompt: list[int], n: int, eos: list[int] | None = None, temperature: float = 0.0, **kw
+) -> list[int]:
     """Hugging Face ``generate``: greedy at temperature 0, else sampled (no top-k/top-p)."""
     ids = torch.tensor([prompt], device=model.device)
-    sample = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature > 0 else \
-        {"do_sample": False}
-    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, eos_token_id=eos or None,
-                         pad_token_id=0, **sample, **kw)
-    new = out[0, len(prompt):].tolist()
+    sample = (
+        {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
+        if temperature > 0
+        else {"do_sample": False}
+    )
+    out = model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=n,
+        eos_token_id=eos or None,
+        pad_token_id=0,
+        **sample,
+        **kw,
+    )
+    new = out[0, len(prompt) :].tolist()
     stop = next((i for i, t in enumerate(new) if eos and t in eos), None)
     return new if stop is None else new[: stop + 1]
 
 
 def ours_fn(target, make, sampling, eos, plan) -> RunFn:
     def run(prompts, n, seed):
-        res = SpeculativeDecoder(target.model, make(), replace(sampling, seed=seed), eos, plan=plan).generate(prompts, n)
+        res = SpeculativeDecoder(target.model, make(), replace(sampling, seed=seed), eos, plan=plan).generate(
+            prompts, n
+        )
         s = res.summary()
         top = res.sequences[0].draft_level
-        return {"outputs": [q.output_ids for q in res.sequences], "target_calls": res.target_calls,
-                "target_forward_time": res.target_forward_time, "rounds": int(s["rounds"]),
-                "drafted": s.get(f"drafted/{top}", 0.0) if top else None,
-                "accepted": s.get(f"accepted/{top}", 0.0) if top else None}
+        return {
+            "outputs": [q.output_ids for q in res.sequences],
+            "target_calls": res.target_calls,
+            "target_forward_time": res.target_forward_time,
+            "rounds": int(s["rounds"]),
+            "drafted": s.get(f"drafted/{top}", 0.0) if top else None,
+            "accepted": s.get(f"accepted/{top}", 0.0) if top else None,
+        }
+
     return run
 
 
@@ -63,6 +81,7 @@ def hf_fn(model, eos, temperature, **kw) -> RunFn:
                 assistant.generation_config = copy.deepcopy(start)
             outputs.append(hf_generate(model, p, n, eos=eos, temperature=temperature, **kw))
         return {"outputs": outputs}
+
     return run
 
 
@@ -76,8 +95,10 @@ def prompt_lookup_settings(spec: str | int) -> dict[str, dict]:
     for item in items:
         nums = item.split(":")
         if not 1 <= len(nums) <= 2 or not all(x.isdigit() and int(x) > 0 for x in nums):
-            raise SystemExit(f"--prompt-lookup: bad item {item!r} in {spec!r}; valid: N or N:M, positive integers "
-                             f"(e.g. 10,10:3,20:4)")
+            raise SystemExit(
+                f"--prompt-lookup: bad item {item!r} in {spec!r}; valid: N or N:M, positive integers "
+                f"(e.g. 10,10:3,20:4)"
+            )
         kw = {"prompt_lookup_num_tokens": int(nums[0])}
         if len(nums) == 2:
             kw["max_matching_ngram_size"] = int(nums[1])
@@ -111,7 +132,8 @@ def our_methods(target, files: dict[str, Path], k: int, tree: str | None, lower_
         base = corpus_lm(files["ngram"], files["ngram"].stat().st_mtime, V, 3)
         made["ngram>target"] = lambda: KatzNgramDrafter(V, k=lower_k, base=base, name="ngram")
         made["ngram>layers>target"] = lambda: ModelDrafter(
-            layers, k=k, lower=KatzNgramDrafter(V, k=lower_k, base=base), name="layers")
+            layers, k=k, lower=KatzNgramDrafter(V, k=lower_k, base=base), name="layers"
+        )
     skipped["ngram>feature>target"] = "FeatureDrafter takes no lower= level (it drafts only from the target's features)"
     return made, skipped
 
@@ -144,14 +166,20 @@ def parse_ours(spec: str) -> dict[str, list[tuple[str, list[int]]]]:
         levels = []
         for part in item.split(">"):
             kind, *nums = part.split(":")
-            if kind not in LEVEL_KINDS or not nums or not all(n.isdigit() and int(n) > 0 for n in nums) \
-                    or len(nums) > (3 if kind in ("copy", *MODEL_KINDS) else 2 if kind == "ngram" else 1) \
-                    or (kind == "ngram" and len(nums) > 1 and int(nums[1]) >= 100) \
-                    or (kind in MODEL_KINDS and len(nums) > 1 and int(nums[1]) >= 100) \
-                    or (kind in MODEL_KINDS and len(nums) > 2 and int(nums[2]) > 8):
-                raise SystemExit(f"--ours: bad level {part!r} in {item!r}; valid: ar, lookup:K, ngram:K[:MIN_TOP_PERCENT], "
-                                 f"small:K[:STOP_PERCENT[:ALTS]], fr:..., q4:... (STOP_PERCENT 1-99, ALTS 1-8), copy:K[:MIN_MATCH[:MISS_BELOW]], route:K, joined "
-                                 f"by '>' lowest first (e.g. ngram:4>small:8>copy:24:8, ngram:4>small:16:40)")
+            if (
+                kind not in LEVEL_KINDS
+                or not nums
+                or not all(n.isdigit() and int(n) > 0 for n in nums)
+                or len(nums) > (3 if kind in ("copy", *MODEL_KINDS) else 2 if kind == "ngram" else 1)
+                or (kind == "ngram" and len(nums) > 1 and int(nums[1]) >= 100)
+                or (kind in MODEL_KINDS and len(nums) > 1 and int(nums[1]) >= 100)
+                or (kind in MODEL_KINDS and len(nums) > 2 and int(nums[2]) > 8)
+            ):
+                raise SystemExit(
+                    f"--ours: bad level {part!r} in {item!r}; valid: ar, lookup:K, ngram:K[:MIN_TOP_PERCENT], "
+                    f"small:K[:STOP_PERCENT[:ALTS]], fr:..., q4:... (STOP_PERCENT 1-99, ALTS 1-8), copy:K[:MIN_MATCH[:MISS_BELOW]], route:K, joined "
+                    f"by '>' lowest first (e.g. ngram:4>small:8>copy:24:8, ngram:4>small:16:40)"
+                )
             levels.append((kind, [int(n) for n in nums]))
         out[item] = levels
     return out
@@ -173,16 +201,27 @@ def pair_methods(target, small, spec: str) -> dict:
                 elif kind == "ngram":
                     d = KatzNgramDrafter(V, k=nums[0], name="ngram", min_top=nums[1] / 100 if len(nums) > 1 else 0.0)
                 elif kind in MODEL_KINDS:
-                    d = ModelDrafter(fr_model if kind == "fr" else small.model, k=nums[0], lower=d, name="small",
-                                     stop_below=nums[1] / 100 if len(nums) > 1 else 0.0,
-                                     int4_rows=INT4_ROWS if kind == "q4" else 0,
-                                     stop_alternatives=nums[2] if len(nums) > 2 else 0)
+                    d = ModelDrafter(
+                        fr_model if kind == "fr" else small.model,
+                        k=nums[0],
+                        lower=d,
+                        name="small",
+                        stop_below=nums[1] / 100 if len(nums) > 1 else 0.0,
+                        int4_rows=INT4_ROWS if kind == "q4" else 0,
+                        stop_alternatives=nums[2] if len(nums) > 2 else 0,
+                    )
                 elif kind == "route":
                     d = BypassDrafter(d, k=nums[0], min_match=1, name="copy", prices=RoutePrices())
                 else:
-                    d = BypassDrafter(d, k=nums[0], min_match=nums[1] if len(nums) > 1 else 1, name="copy",
-                                      miss_below=nums[2] if len(nums) > 2 else 0)
+                    d = BypassDrafter(
+                        d,
+                        k=nums[0],
+                        min_match=nums[1] if len(nums) > 1 else 1,
+                        name="copy",
+                        miss_below=nums[2] if len(nums) > 2 else 0,
+                    )
             return d
+
         return make
 
     return {name: factory(levels) for name, levels in parse_ours(spec).items()}
@@ -247,8 +286,11 @@ def hf_methods(args, hf_model, target_name: str, files: dict[str, Path], eos) ->
 def assistant_settings(generation_config) -> dict:
     """Schedule, number of assistant tokens and confidence threshold as HF uses them:
     the assistant's generation config, unset fields from HF's global defaults."""
-    defaults = (generation_config._get_default_generation_params()
-                if hasattr(generation_config, "_get_default_generation_params") else {})
+    defaults = (
+        generation_config._get_default_generation_params()
+        if hasattr(generation_config, "_get_default_generation_params")
+        else {}
+    )
     out = {}
     for k in ("num_assistant_tokens_schedule", "num_assistant_tokens", "assistant_confidence_threshold"):
         v = getattr(generation_config, k, None)

@@ -31,9 +31,13 @@ def add_split_arg(ap) -> None:
     """``--split dev|test|all`` (default test): which split of the prompt set a benchmark
     measures (``stagedspec/prompts/splits.py``); settings are chosen on dev, results
     reported on test."""
-    ap.add_argument("--split", default=DEFAULT_SPLIT, choices=list(SPLIT_CHOICES),
-                    help="dev: the questions settings are tuned on; test: the disjoint ones results are "
-                    "reported on; all: both (stagedspec/prompts/splits.py)")
+    ap.add_argument(
+        "--split",
+        default=DEFAULT_SPLIT,
+        choices=list(SPLIT_CHOICES),
+        help="dev: the questions settings are tuned on; test: the disjoint ones results are "
+        "reported on; all: both (stagedspec/prompts/splits.py)",
+    )
 
 
 def round_robin(questions: list, categories: list[str]) -> list:
@@ -71,5 +75,8 @@ def draft_files(folder: str | None) -> dict[str, Path]:
     else the ones shipped for the embedded target."""
     if folder:
         return {k: Path(folder) / f"{k}.safetensors" for k in ("feature", "layers", "ngram")}
-    return {"feature": ASSETS / EMBEDDED_ASSETS["embedded-feature"], "layers": ASSETS / EMBEDDED_ASSETS["embedded-layers"],
-            "ngram": ASSETS / EMBEDDED_ASSETS["embedded"]}
+    return {
+        "feature": ASSETS / EMBEDDED_ASSETS["embedded-feature"],
+        "layers": ASSETS / EMBEDDED_ASSETS["embedded-layers"],
+        "ngram": ASSETS / EMBEDDED_ASSETS["embedded"],
+    }

@@ -41,8 +41,13 @@ def _sum(recs: list[dict], key: str) -> float | None:
     return None if any(v is None for v in vals) or not vals else float(sum(vals))
 
 
-def summarize(records: list[dict], categories: list[str], greedy: bool, min_s_per_call: float | None = None,
-              reference: str = REFERENCE) -> dict[str, list[dict]]:
+def summarize(
+    records: list[dict],
+    categories: list[str],
+    greedy: bool,
+    min_s_per_call: float | None = None,
+    reference: str = REFERENCE,
+) -> dict[str, list[dict]]:
     """Table rows: "overall" (every method x batch size) and one table per category
     (batch 1, where a group is one prompt of one category)."""
     by_row: dict[tuple[str, int], list[dict]] = {}
@@ -80,13 +85,19 @@ def summarize(records: list[dict], categories: list[str], greedy: bool, min_s_pe
             differing = len(bad)
         s_call = fwd / calls if fwd is not None and calls else None
         return {
-            "method": method, "batch": batch, "prompts": len({i for r in recs for i in r["prompts"]}),
-            "measurements": len(recs), "tokens_per_s": tokens / seconds if seconds else math.nan,
-            "speedup_vs_hf": g, "ci": [lo, hi], "groups": len(ratios),
+            "method": method,
+            "batch": batch,
+            "prompts": len({i for r in recs for i in r["prompts"]}),
+            "measurements": len(recs),
+            "tokens_per_s": tokens / seconds if seconds else math.nan,
+            "speedup_vs_hf": g,
+            "ci": [lo, hi],
+            "groups": len(ratios),
             "tokens_per_call": tokens / rounds if rounds else None,
             "acceptance": accepted / drafted if drafted else None,
-            "differing_outputs": differing, "s_per_target_call": s_call, "min_s_per_target_call":
-                min_s_per_call if s_call is not None else None,
+            "differing_outputs": differing,
+            "s_per_target_call": s_call,
+            "min_s_per_target_call": min_s_per_call if s_call is not None else None,
         }
 
     order = list(dict.fromkeys(r["method"] for r in records))
@@ -109,15 +120,24 @@ def _fmt(v, spec: str = ".2f") -> str:
 def markdown(tables: dict[str, list[dict]], head: str = "") -> str:
     lines = [head] if head else []
     for name, rows in tables.items():
-        lines += ["", f"### {name}" + (" (batch 1)" if name != "overall" else ""), "",
-                  "| method | batch | tokens/s | vs HF generate (95% CI) | tokens/call | acceptance | differing outputs "
-                  "| s/target call | floor s/call |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            f"### {name}" + (" (batch 1)" if name != "overall" else ""),
+            "",
+            "| method | batch | tokens/s | vs HF generate (95% CI) | tokens/call | acceptance | differing outputs "
+            "| s/target call | floor s/call |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
         for r in rows:
-            ci = f"{_fmt(r['speedup_vs_hf'])} [{_fmt(r['ci'][0])}, {_fmt(r['ci'][1])}]" \
-                if not math.isnan(r["speedup_vs_hf"]) else ""
+            ci = (
+                f"{_fmt(r['speedup_vs_hf'])} [{_fmt(r['ci'][0])}, {_fmt(r['ci'][1])}]"
+                if not math.isnan(r["speedup_vs_hf"])
+                else ""
+            )
             diff = "" if r["differing_outputs"] is None else f"{r['differing_outputs']}/{r['prompts']}"
-            lines.append(f"| {r['method']} | {r['batch']} | {_fmt(r['tokens_per_s'], '.1f')} | {ci} | "
-                         f"{_fmt(r['tokens_per_call'])} | {_fmt(r['acceptance'])} | {diff} | "
-                         f"{_fmt(r['s_per_target_call'], '.4f')} | {_fmt(r['min_s_per_target_call'], '.4f')} |")
+            lines.append(
+                f"| {r['method']} | {r['batch']} | {_fmt(r['tokens_per_s'], '.1f')} | {ci} | "
+                f"{_fmt(r['tokens_per_call'])} | {_fmt(r['acceptance'])} | {diff} | "
+                f"{_fmt(r['s_per_target_call'], '.4f')} | {_fmt(r['min_s_per_target_call'], '.4f')} |"
+            )
     return "\n".join(lines) + "\n"

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
+from collections.abc import Callable
 
 from stagedspec.drafters.hierarchy import build_hierarchy, hierarchy_key
 from stagedspec.engine.decoding import SpeculativeDecoder
@@ -77,8 +78,9 @@ class Job:
         return (self.method,) if self.baseline is None else (self.method, self.baseline)
 
 
-def assemble_job(plan: JobInputs, warmup_text: str | None = None,
-                 loader: Callable[[ModelSpec], LoadedModel] = load_cached) -> Job:
+def assemble_job(
+    plan: JobInputs, warmup_text: str | None = None, loader: Callable[[ModelSpec], LoadedModel] = load_cached
+) -> Job:
     """Load, build, calibrate the kernels, make the decoders, check the context has room
     for a prompt, resolve ``tree=auto`` and warm up (when ``plan.warmup`` and a
     ``warmup_text`` is given): everything a job does before it times anything."""
@@ -94,8 +96,9 @@ def assemble_job(plan: JobInputs, warmup_text: str | None = None,
     load_s = time.perf_counter() - t0
     draft_models = {lv.name: level_model_name(lv, target, loaded) for lv in plan.levels}
     kernels = kernel_plan(target, plan.kernels)
-    method, baseline = make_decoders(target, drafter, plan.sampling, kernels,
-                                     with_baseline=plan.baseline and drafter is not None)
+    method, baseline = make_decoders(
+        target, drafter, plan.sampling, kernels, with_baseline=plan.baseline and drafter is not None
+    )
     max_prompt = room_for_prompt(target, method, plan.max_new_tokens)  # before tree=auto resolves, as ever
     choice = resolve_tree(drafter, target, plan.sampling, kernels, hierarchy_key(plan.levels))
     job = Job(target, drafter, kernels, method, baseline, max_prompt, choice, load_s, draft_models)
@@ -115,16 +118,19 @@ def level_model_name(level: Any, target: LoadedModel, loaded: list[tuple[ModelSp
     return next(model.name for s, model in loaded if s == spec)  # build_hierarchy loaded it
 
 
-def make_decoders(target: LoadedModel, drafter: Drafter | None, sampling: SamplingConfig, kernels: KernelPlan,
-                  with_baseline: bool) -> tuple[SpeculativeDecoder, SpeculativeDecoder | None]:
+def make_decoders(
+    target: LoadedModel, drafter: Drafter | None, sampling: SamplingConfig, kernels: KernelPlan, with_baseline: bool
+) -> tuple[SpeculativeDecoder, SpeculativeDecoder | None]:
     """The method's decoder and (``with_baseline``) plain decoding's, sharing every kernel choice."""
     eos = eos_token_ids(target)
-    method = SpeculativeDecoder(target.model, drafter, sampling, eos, context_length=target.context_length,
-                                plan=kernels)
+    method = SpeculativeDecoder(
+        target.model, drafter, sampling, eos, context_length=target.context_length, plan=kernels
+    )
     baseline = None
     if with_baseline:
-        baseline = SpeculativeDecoder(target.model, None, sampling, eos, context_length=target.context_length,
-                                      plan=kernels)
+        baseline = SpeculativeDecoder(
+            target.model, None, sampling, eos, context_length=target.context_length, plan=kernels
+        )
     return method, baseline
 
 
@@ -141,8 +147,9 @@ def room_for_prompt(target: LoadedModel, method: SpeculativeDecoder, max_new_tok
     return max_prompt
 
 
-def resolve_tree(drafter: Drafter | None, target: LoadedModel, sampling: SamplingConfig, kernels: KernelPlan,
-                 key: Any) -> Choice | None:
+def resolve_tree(
+    drafter: Drafter | None, target: LoadedModel, sampling: SamplingConfig, kernels: KernelPlan, key: Any
+) -> Choice | None:
     """``tree=auto``: calibrate (or read the cached calibration, in the target's cache
     directory, under the hierarchy's ``key``) and choose now, outside every timed decode,
     fixing the drafter's tree (``tuning.auto_tree.resolve_auto_tree``). None when the top
@@ -153,6 +160,6 @@ def resolve_tree(drafter: Drafter | None, target: LoadedModel, sampling: Samplin
 def warm_up(job: Job, text: str, max_new_tokens: int) -> None:
     """One short untimed decode per decoder: first forwards allocate; keep that out of
     either method's time."""
-    first = encode(job.target, text, [])[-min(WARMUP_PROMPT_TOKENS, job.max_prompt):]
+    first = encode(job.target, text, [])[-min(WARMUP_PROMPT_TOKENS, job.max_prompt) :]
     for dec in job.decoders:
         dec.generate([first], min(WARMUP_NEW_TOKENS, max_new_tokens))

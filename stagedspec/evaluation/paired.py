@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 from tqdm import tqdm
@@ -54,8 +54,11 @@ class MethodRun:
     batches: list[BatchRun] = field(default_factory=list)
 
     def results(self, category: str | None = None, first_only: bool = False) -> list[GenerationResult]:
-        return [b.result for b in self.batches
-                if (category is None or b.category == category) and (not first_only or b.repeat == 0)]
+        return [
+            b.result
+            for b in self.batches
+            if (category is None or b.category == category) and (not first_only or b.repeat == 0)
+        ]
 
     @property
     def categories(self) -> list[str]:
@@ -67,9 +70,17 @@ def _chunks(xs: list, n: int) -> list[list]:
 
 
 def decode_paired(
-    method_dec: SpeculativeDecoder, ar_dec: SpeculativeDecoder | None, target: LoadedModel,
-    questions: list[Question], *, batch_size: int, max_new_tokens: int, max_prompt: int, repeats: int = 1,
-    seed: int = 0, after_batch: Callable[[], None] = lambda: None,
+    method_dec: SpeculativeDecoder,
+    ar_dec: SpeculativeDecoder | None,
+    target: LoadedModel,
+    questions: list[Question],
+    *,
+    batch_size: int,
+    max_new_tokens: int,
+    max_prompt: int,
+    repeats: int = 1,
+    seed: int = 0,
+    after_batch: Callable[[], None] = lambda: None,
 ) -> tuple[MethodRun, MethodRun | None]:
     """Decode every turn of every question with the method and (if given) the baseline,
     interleaved batch by batch, each batch ``repeats`` times; returns both runs.
@@ -90,8 +101,9 @@ def decode_paired(
         for unit, (turn, cat, batch) in enumerate(_turn_batches(questions, batch_size)):
             prompts = []
             for m in range(len(decs)):
-                ps, cut = _batch_prompts(target, [questions[i] for i in batch], turn, [answers[m][i] for i in batch],
-                                         max_prompt)
+                ps, cut = _batch_prompts(
+                    target, [questions[i] for i in batch], turn, [answers[m][i] for i in batch], max_prompt
+                )
                 prompts.append(ps)
                 truncated += cut if m == 0 else 0
             for rep in range(repeats):
@@ -130,8 +142,9 @@ def _turn_batches(questions: list[Question], batch_size: int) -> Iterator[tuple[
                 yield turn, cat, batch
 
 
-def _batch_prompts(target: LoadedModel, questions: list[Question], turn: int, answers: list[list[str]],
-                   max_prompt: int) -> tuple[list[list[int]], int]:
+def _batch_prompts(
+    target: LoadedModel, questions: list[Question], turn: int, answers: list[list[str]], max_prompt: int
+) -> tuple[list[list[int]], int]:
     """Each question's prompt ids at ``turn``, with the earlier turns and one decoder's own
     ``answers`` to them as chat history, cut to their last ``max_prompt`` tokens; and how
     many were cut."""
@@ -144,8 +157,16 @@ def _batch_prompts(target: LoadedModel, questions: list[Question], turn: int, an
     return prompts, cut
 
 
-def _file_answers(run: MethodRun, res: GenerationResult, target: LoadedModel, questions: list[Question],
-                  batch: list[int], turn: int, prompts: list[list[int]], answers: dict[int, list[str]]) -> None:
+def _file_answers(
+    run: MethodRun,
+    res: GenerationResult,
+    target: LoadedModel,
+    questions: list[Question],
+    batch: list[int],
+    turn: int,
+    prompts: list[list[int]],
+    answers: dict[int, list[str]],
+) -> None:
     """A first repeat's outputs: each becomes its question's answer (the history of its
     next turn) and a record of ``run``."""
     for i, prompt, seq in zip(batch, prompts, res.sequences):
@@ -157,14 +178,30 @@ def _file_answers(run: MethodRun, res: GenerationResult, target: LoadedModel, qu
 def _record(q: Question, turn: int, method: str, prompt: list[int], seq: SequenceResult, text: str) -> dict:
     """One line of ``outputs.jsonl``: a prompt turn, what the method made of it, and its rounds."""
     return {
-        "question_id": q.question_id, "category": q.category, "turn": turn + 1, "method": method,
-        "prompt_ids": prompt, "output_ids": seq.output_ids, "text": text, "provenance": seq.provenance,
-        "finished_reason": seq.finished_reason, "rounds": [asdict(r) for r in seq.rounds],
+        "question_id": q.question_id,
+        "category": q.category,
+        "turn": turn + 1,
+        "method": method,
+        "prompt_ids": prompt,
+        "output_ids": seq.output_ids,
+        "text": text,
+        "provenance": seq.provenance,
+        "finished_reason": seq.finished_reason,
+        "rounds": [asdict(r) for r in seq.rounds],
     }
 
 
-TIMED = ("tokens_per_s", "wall_time_s", "prefill_time_s", "time_draft_s", "time_verify_s", "time_overhead_s",
-         "share_outside_forwards", "round_s", "target_call_s")
+TIMED = (
+    "tokens_per_s",
+    "wall_time_s",
+    "prefill_time_s",
+    "time_draft_s",
+    "time_verify_s",
+    "time_overhead_s",
+    "share_outside_forwards",
+    "round_s",
+    "target_call_s",
+)
 """Summary keys that come from timings: pooled over every repeat (the wall times are per
 pass, i.e. divided by ``repeats``). Every other key counts tokens, taken from the first
 repeat, so ``emitted`` is what one pass emitted."""
@@ -195,8 +232,9 @@ def _units(run: MethodRun, ar: MethodRun | None, category: str | None = None) ->
     return [list(reps.values()) for _, reps in sorted(out.items())]
 
 
-def job_metrics(run: MethodRun, ar: MethodRun | None, greedy: bool,
-                prediction: dict[str, float] | None = None) -> dict[str, float]:
+def job_metrics(
+    run: MethodRun, ar: MethodRun | None, greedy: bool, prediction: dict[str, float] | None = None
+) -> dict[str, float]:
     """The job's metrics (``metrics/round_stats.py`` defines them) over all its prompts, per category
     (``<metric>/<category>``), with 95% intervals (``<metric>_ci_low``, ``_ci_high``) for
     every rate and speedup, the cost model's in-sample accounting (``accounted_*``) and,
@@ -209,8 +247,14 @@ def job_metrics(run: MethodRun, ar: MethodRun | None, greedy: bool,
     m |= interval_metrics("tokens_per_s", rate_interval([[u[:2] for u in reps] for reps in units]))
     for c in run.categories:
         s = _summary(run, c)
-        for key in ("tokens_per_s", "mean_acceptance_length", "mean_accepted_tokens_per_call",
-                    "mean_emitted_tokens_per_call", "acceptance_rate", "alpha_hat"):
+        for key in (
+            "tokens_per_s",
+            "mean_acceptance_length",
+            "mean_accepted_tokens_per_call",
+            "mean_emitted_tokens_per_call",
+            "acceptance_rate",
+            "alpha_hat",
+        ):
             if key in s:
                 m[f"{key}/{c}"] = s[key]
     merged = GenerationResult.merge(run.results())

@@ -49,8 +49,9 @@ def pick_heldout(questions: list[Any], n: int, seed: int = SEED) -> list[Any]:
     return order[:n]
 
 
-def calibration_ids(target, kind: str, n: int, heldout: list[Any], max_prompt: int, *, tokens: int,
-                    data_name: str | None = None) -> tuple[list[list[int]], str]:
+def calibration_ids(
+    target, kind: str, n: int, heldout: list[Any], max_prompt: int, *, tokens: int, data_name: str | None = None
+) -> tuple[list[list[int]], str]:
     """``n`` encoded calibration prompts (each cut to its last ``max_prompt`` tokens) and
     what they are, as logged (param ``prediction.calibration``). "heldout" takes first turns
     of ``heldout`` (``pick_heldout``; fewer questions than ``n`` are reused in turn) and,
@@ -60,15 +61,24 @@ def calibration_ids(target, kind: str, n: int, heldout: list[Any], max_prompt: i
         picked = pick_heldout(heldout, n)
         ids = [encode(target, picked[i % len(picked)].turns[0], [])[-max_prompt:] for i in range(n)]
         names = ", ".join(str(q.question_id) for q in picked)
-        return ids, (f"heldout: first turns of {data_name} dev questions {names} (not evaluated), {tokens} tokens, "
-                     "before timing")
+        return ids, (
+            f"heldout: first turns of {data_name} dev questions {names} (not evaluated), {tokens} tokens, before timing"
+        )
     why = f" (heldout: every dev question of {data_name} is evaluated)" if kind == "heldout" else ""
     ids = [p[-max_prompt:] for p in calibration_prompts(target, n, "training", seed=SEED)]
     return ids, f"training templates{why}, {n} prompts x {tokens} tokens, before timing"
 
 
-def predict(method_dec: SpeculativeDecoder, ar_dec: SpeculativeDecoder, prompt_ids: list[list[int]], *, tokens: int,
-            batch_size: int, max_new_tokens: int, seed: int = 0) -> dict[str, float]:
+def predict(
+    method_dec: SpeculativeDecoder,
+    ar_dec: SpeculativeDecoder,
+    prompt_ids: list[list[int]],
+    *,
+    tokens: int,
+    batch_size: int,
+    max_new_tokens: int,
+    seed: int = 0,
+) -> dict[str, float]:
     """Decode ``prompt_ids`` (whole batches of ``batch_size``, as ``calibration_ids``
     gives them for a multiple of it) for ``tokens`` new tokens with both decoders,
     alternating, then predict the job's speedup at ``max_new_tokens`` per row
@@ -79,7 +89,7 @@ def predict(method_dec: SpeculativeDecoder, ar_dec: SpeculativeDecoder, prompt_i
     for i in range(0, len(prompt_ids), batch_size):
         batch = prompt_ids[i : i + batch_size]
         pair = [(method_dec, method), (ar_dec, ar)]
-        for dec, out in (pair if (i // batch_size) % 2 == 0 else pair[::-1]):
+        for dec, out in pair if (i // batch_size) % 2 == 0 else pair[::-1]:
             torch.manual_seed(seed)
             out.append(dec.generate(batch, tokens))
     return cost_model.predict_out_of_sample(method, ar, max_new_tokens, rows=batch_size)

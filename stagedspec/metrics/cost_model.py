@@ -51,7 +51,7 @@ def yield_moments(alpha: float, depths: Counter) -> tuple[float, float]:
     n = sum(depths.values())
     m1 = m2 = 0.0
     for d, count in depths.items():
-        probs = [alpha ** (j - 1) * (1 - alpha) for j in range(1, d + 1)] + [alpha ** d]
+        probs = [alpha ** (j - 1) * (1 - alpha) for j in range(1, d + 1)] + [alpha**d]
         m1 += count * sum(j * p for j, p in enumerate(probs, 1))
         m2 += count * sum(j * (j - 1) * p for j, p in enumerate(probs, 1))
     return m1 / n, m2 / n
@@ -96,7 +96,7 @@ def round_costs(method: GenerationResult, ar: GenerationResult | None) -> dict[s
         v1 = a.get("verify_s/1")
         for key, secs in s.items():
             if key.startswith("verify_s/") and v1:
-                out[f"verify_cost/{key[len('verify_s/'):]}"] = secs / v1
+                out[f"verify_cost/{key[len('verify_s/') :]}"] = secs / v1
     return out
 
 
@@ -128,8 +128,9 @@ def account(batches: list[GenerationResult], ar_tokens_per_s: float | None) -> d
     if alpha is None or not merged.phase_times:
         return {}
     E, second = _round_yield(merged, alpha)
-    rounds = sum(max((predicted_rounds(len(q.output_ids), E, second) for q in b.sequences), default=0.0)
-                 for b in batches)
+    rounds = sum(
+        max((predicted_rounds(len(q.output_ids), E, second) for q in b.sequences), default=0.0) for b in batches
+    )
     wall = merged.prefill_time + rounds * s["round_s"]
     out = {
         "accounted_tokens_per_call": E,
@@ -142,8 +143,9 @@ def account(batches: list[GenerationResult], ar_tokens_per_s: float | None) -> d
     return out
 
 
-def predict_out_of_sample(method: list[GenerationResult], ar: list[GenerationResult], tokens: int,
-                          rows: int = 1) -> dict[str, float]:
+def predict_out_of_sample(
+    method: list[GenerationResult], ar: list[GenerationResult], tokens: int, rows: int = 1
+) -> dict[str, float]:
     """Out of sample: the speedup of a job that decodes ``tokens`` new tokens per row in
     batches of ``rows``, from calibration batches alone (``method``'s and plain decoding's,
     on prompts the job does not evaluate). Per batch, the method takes prefill +

@@ -21,9 +21,38 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-         2.045, 2.042)
+_T975 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
 """Student's t 0.975 quantiles for 1..30 degrees of freedom."""
 
 
@@ -34,7 +63,7 @@ def t975(df: int) -> float:
     if df <= len(_T975):
         return _T975[df - 1]
     z = 1.959964  # Cornish-Fisher expansion around the normal quantile (error < 1e-4 past 30)
-    return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
 
 
 @dataclass(frozen=True)
@@ -90,6 +119,9 @@ def interval_metrics(name: str, interval: Interval | None) -> dict[str, float]:
     if interval is None:
         return {}
     head, sep, tail = name.partition("/")
-    return {f"{head}_ci_low{sep}{tail}": interval.low, f"{head}_ci_high{sep}{tail}": interval.high,
-            f"{head}_ci_n{sep}{tail}": float(interval.n),
-            f"{head}_ci_over_prompts{sep}{tail}": float(interval.basis == "prompts")}
+    return {
+        f"{head}_ci_low{sep}{tail}": interval.low,
+        f"{head}_ci_high{sep}{tail}": interval.high,
+        f"{head}_ci_n{sep}{tail}": float(interval.n),
+        f"{head}_ci_over_prompts{sep}{tail}": float(interval.basis == "prompts"),
+    }

@@ -48,7 +48,7 @@ def geometric_tokens(alpha: float, depth: int) -> float:
     """1 + alpha + ... + alpha^depth: expected tokens per verification of a chain of
     ``depth`` drafts when each is accepted with probability alpha, independently
     (Leviathan et al. 2023, eq. 1), the bonus token included."""
-    return float(sum(alpha ** i for i in range(depth + 1)))
+    return float(sum(alpha**i for i in range(depth + 1)))
 
 
 @dataclass
@@ -158,7 +158,7 @@ class GenerationResult:
     """Seconds spent inside target forwards during rounds (prefill excluded)."""
 
     @classmethod
-    def merge(cls, results: list["GenerationResult"]) -> "GenerationResult":
+    def merge(cls, results: list[GenerationResult]) -> GenerationResult:
         """One result holding all sequences, with times and counts summed."""
         out = cls(sequences=[])
         for r in results:
@@ -200,9 +200,7 @@ class GenerationResult:
         out["time_verify_s"] = t.verify
         out["time_overhead_s"] = t.overhead
         forward_time = self.target_forward_time + sum(self.draft_call_time.values())
-        out["share_outside_forwards"] = (
-            max(0.0, round_time - forward_time) / round_time if round_time > 0 else 0.0
-        )
+        out["share_outside_forwards"] = max(0.0, round_time - forward_time) / round_time if round_time > 0 else 0.0
         out["target_calls"] = float(self.target_calls)
         out["batch_target_calls"] = float(self.target_calls)
         out["batch_rounds"] = float(n_rounds)
@@ -246,7 +244,7 @@ class _Totals:
     """Index i: rounds that accepted a draft token at depth i + 1."""
 
     @classmethod
-    def count(cls, sequences: list[SequenceResult]) -> "_Totals":
+    def count(cls, sequences: list[SequenceResult]) -> _Totals:
         t = cls()
         for s in sequences:
             t.provenance.update(s.provenance)

@@ -9,7 +9,7 @@ the report reads runs without importing the decoding engine.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 ROLE_TAG = "stagedspec.role"
 """``parent`` (one per sweep) or ``child`` (one per job)."""

@@ -88,8 +88,9 @@ def _from_target(key: str) -> bool:
     return key.startswith(("lm.model.embed_tokens.", "lm.lm_head.", "lm.model.rotary_emb."))
 
 
-def build_draft(target: nn.Module, design: str, n_layers: int, vocab_map: torch.Tensor,
-                target_name: str = "") -> DraftModel:
+def build_draft(
+    target: nn.Module, design: str, n_layers: int, vocab_map: torch.Tensor, target_name: str = ""
+) -> DraftModel:
     """A fresh draft for ``target``: copies of the target's first ``n_layers`` layers
     (``layers``) or of its last layer plus a new ``fc`` (``feature``), its final norm, and
     its embedding and head rows shared (not trained)."""
@@ -129,8 +130,14 @@ def build_draft(target: nn.Module, design: str, n_layers: int, vocab_map: torch.
             fc.weight.zero_()
             fc.weight[:, H:] = torch.eye(H, dtype=p.dtype, device=p.device)
             fc.bias.zero_()
-    meta = DraftMeta(design=design, n_layers=n_layers, vocab_size=V, hidden_size=int(cfg_t.hidden_size),
-                     target_layers=total, target_name=target_name)
+    meta = DraftMeta(
+        design=design,
+        n_layers=n_layers,
+        vocab_size=V,
+        hidden_size=int(cfg_t.hidden_size),
+        target_layers=total,
+        target_name=target_name,
+    )
     draft = DraftModel(lm, vocab_map.to(p.device), meta, fc)
     draft.lm.model.embed_tokens.weight.requires_grad_(False)
     return draft
@@ -172,13 +179,16 @@ def read_meta(path: str | Path) -> DraftMeta:
         with safe_open(str(path), framework="pt") as f:
             raw = (f.metadata() or {}).get("stagedspec_draft")
     except Exception as e:  # safetensors raises its own error types for a cut or foreign file
-        raise ValueError(f"draft weights file {str(path)!r} is unreadable (truncated or not safetensors): {e}") from None
+        raise ValueError(
+            f"draft weights file {str(path)!r} is unreadable (truncated or not safetensors): {e}"
+        ) from None
     if raw is None:
         raise ValueError(f"draft weights file {str(path)!r} has no stagedspec metadata: not a trained draft")
     d = json.loads(raw)
     if d.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"draft weights file {str(path)!r} has format {d.get('format_version')}, "
-                         f"this code reads {FORMAT_VERSION}")
+        raise ValueError(
+            f"draft weights file {str(path)!r} has format {d.get('format_version')}, this code reads {FORMAT_VERSION}"
+        )
     return DraftMeta(**d)
 
 
@@ -217,9 +227,11 @@ def load_draft(path: str | Path, target: nn.Module, target_name: str = "") -> Dr
     missing, extra = sorted(set(want) - set(tensors)), sorted(set(tensors) - set(want))
     shapes = [k for k in set(want) & set(tensors) if tuple(want[k].shape) != tuple(tensors[k].shape)]
     if missing or extra or shapes:
-        raise ValueError(f"draft weights file {str(path)!r} does not match a {meta.design} draft of "
-                         f"{meta.n_layers} layer(s): missing {missing[:3]}, unexpected {extra[:3]}, "
-                         f"wrong shapes {shapes[:3]}")
+        raise ValueError(
+            f"draft weights file {str(path)!r} does not match a {meta.design} draft of "
+            f"{meta.n_layers} layer(s): missing {missing[:3]}, unexpected {extra[:3]}, "
+            f"wrong shapes {shapes[:3]}"
+        )
     p = next(target.parameters())
     with torch.no_grad():
         for k, v in draft.state_dict().items():

@@ -15,7 +15,8 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -36,7 +37,11 @@ def gguf_cache_path(gguf_name: str, size: int, cache_dir: Path, dtype: torch.dty
 
 
 def load_gguf_cached(
-    get_gguf: Callable[[Path], tuple[Path, bool]], gguf_name: str, size: int, spec: ModelSpec, dtype: torch.dtype,
+    get_gguf: Callable[[Path], tuple[Path, bool]],
+    gguf_name: str,
+    size: int,
+    spec: ModelSpec,
+    dtype: torch.dtype,
 ) -> tuple[nn.Module, Any, Path, bool]:
     """Dequantizing a GGUF takes 20-60 s; the safetensors copy reloads in seconds. Cached
     in the dtype asked for (a 1.5B model's float32 copy is 6 GB, its bfloat16 one 3 GB);
@@ -111,7 +116,9 @@ def from_pretrained(path: Path, spec: ModelSpec, dtype: torch.dtype, **kwargs: A
 def load_tokenizer_if_any(path: Path, **kwargs: Any) -> Any:
     from transformers import AutoTokenizer
 
-    if not kwargs and not any((path / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
+    if not kwargs and not any(
+        (path / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+    ):
         log.warning("no tokenizer files in %s: tokenizer is None", path)
         return None
     return AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=False, **kwargs)

@@ -31,7 +31,7 @@ import logging
 import os
 import tempfile
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -46,8 +46,12 @@ Q4K_BLOCK_BYTES = 144  # a Q4_K super-block of 256 weights: d, dmin (2 + 2), sca
 Q41_BLOCK_BYTES = 20  # a Q4_1 block of 32 weights: d, m (2 + 2), codes (16)
 
 _GGUF_TO_HF = {
-    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
 }
 
@@ -92,8 +96,11 @@ def decode_q4k(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.
     lo = -(dmin * m.astype(np.float32))
     qs = b[:, 16:].reshape(-1, 4, 1, 32) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)
     codes = (qs & np.uint8(0x0F)).reshape(rows, -1)
-    return (torch.from_numpy(codes.astype(np.int32)), torch.from_numpy(scale.reshape(rows, -1)),
-            torch.from_numpy(lo.reshape(rows, -1)))
+    return (
+        torch.from_numpy(codes.astype(np.int32)),
+        torch.from_numpy(scale.reshape(rows, -1)),
+        torch.from_numpy(lo.reshape(rows, -1)),
+    )
 
 
 def decode_q41(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -105,8 +112,11 @@ def decode_q41(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.
     m = b[:, 2:4].copy().view(np.float16).astype(np.float32)
     qs = b[:, 4:].reshape(-1, 1, 16) >> np.array([0, 4], dtype=np.uint8).reshape(1, 2, 1)
     codes = (qs & np.uint8(0x0F)).reshape(rows, -1)
-    return torch.from_numpy(codes.astype(np.int32)), torch.from_numpy(d.reshape(rows, -1)), torch.from_numpy(
-        m.reshape(rows, -1))
+    return (
+        torch.from_numpy(codes.astype(np.int32)),
+        torch.from_numpy(d.reshape(rows, -1)),
+        torch.from_numpy(m.reshape(rows, -1)),
+    )
 
 
 def decode(key: str, blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -172,7 +182,7 @@ def attach(model: nn.Module, blocks: dict[str, torch.Tensor]) -> tuple[int, int]
                 continue
             parts = [decode(by_name[n], blocks[by_name[n]]) for n in names]
             codes, scale, lo = (torch.cat([p[i] for p in parts]) for i in range(3))
-            dense = (scale.repeat_interleave(INT4_GROUP, 1) * codes + lo.repeat_interleave(INT4_GROUP, 1))
+            dense = scale.repeat_interleave(INT4_GROUP, 1) * codes + lo.repeat_interleave(INT4_GROUP, 1)
             if codes.shape != mod.weight.shape or not torch.equal(dense.to(mod.weight.dtype), mod.weight):
                 failed += 1
                 log.warning("4-bit blocks of %s do not match its dense weight: it stays dense", "+".join(names))

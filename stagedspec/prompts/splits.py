@@ -22,7 +22,8 @@ as out of sample):
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 SPLITS = ("dev", "test")
 """The two disjoint splits."""

@@ -24,8 +24,15 @@ from stagedspec.prompts.training_prompts import prompt_list_key, training_prompt
 
 
 def generate_corpus(
-    model: torch.nn.Module, prompts: list[list[int]], temperature: float, max_new_tokens: int,
-    batch_size: int, seed: int, eos_ids: list[int], plan=None, desc: str = "generate",
+    model: torch.nn.Module,
+    prompts: list[list[int]],
+    temperature: float,
+    max_new_tokens: int,
+    batch_size: int,
+    seed: int,
+    eos_ids: list[int],
+    plan=None,
+    desc: str = "generate",
 ) -> list[list[int]]:
     """The target's answer (token ids, EOS included when it stopped) to each prompt, by
     plain decoding through the engine in batches of prompts of similar length (the
@@ -101,21 +108,38 @@ def build_corpus(target: LoadedModel, spec: CorpusSpec, path: str | Path, plan=N
                 # batches are fixed by the spec, so a resumed run makes the same batches (and
                 # draws the same samples) as one that was never interrupted
                 rows = [i for i, p in enumerate(prompts) if len(p) > turn]
-                for start in tqdm(range(0, len(rows), spec.batch_size), desc=f"turn {turn + 1} T={temp}",
-                                  unit="batch", leave=False):
+                for start in tqdm(
+                    range(0, len(rows), spec.batch_size), desc=f"turn {turn + 1} T={temp}", unit="batch", leave=False
+                ):
                     idx = rows[start : start + spec.batch_size]
                     if all((i, turn, temp) in done for i in idx):
                         continue
                     ids = []
                     for i in idx:
-                        history = [(prompts[i][t], ids_to_text(target, done[(i, t, temp)]["answer"]))
-                                   for t in range(turn)]
+                        history = [
+                            (prompts[i][t], ids_to_text(target, done[(i, t, temp)]["answer"])) for t in range(turn)
+                        ]
                         ids.append(encode(target, prompts[i][turn], history))
-                    answers = generate_corpus(target.model, ids, temp, spec.max_new_tokens, len(idx),
-                                              spec.seed + 7919 * turn + start, eos, plan=plan, desc="batch")
+                    answers = generate_corpus(
+                        target.model,
+                        ids,
+                        temp,
+                        spec.max_new_tokens,
+                        len(idx),
+                        spec.seed + 7919 * turn + start,
+                        eos,
+                        plan=plan,
+                        desc="batch",
+                    )
                     for i, prompt_ids, answer in zip(idx, ids, answers):
-                        rec = {"prompt": i, "turn": turn, "temperature": temp, "ids": prompt_ids + answer,
-                               "start": len(prompt_ids), "answer": answer}
+                        rec = {
+                            "prompt": i,
+                            "turn": turn,
+                            "temperature": temp,
+                            "ids": prompt_ids + answer,
+                            "start": len(prompt_ids),
+                            "answer": answer,
+                        }
                         done[(i, turn, temp)] = rec
                         f.write(json.dumps(rec) + "\n")
                     f.flush()
@@ -123,8 +147,9 @@ def build_corpus(target: LoadedModel, spec: CorpusSpec, path: str | Path, plan=N
 
 
 @torch.no_grad()
-def target_features(model: torch.nn.Module, sequences: list[list[int]], batch_tokens: int = 4096,
-                    desc: str = "features") -> list[torch.Tensor]:
+def target_features(
+    model: torch.nn.Module, sequences: list[list[int]], batch_tokens: int = 4096, desc: str = "features"
+) -> list[torch.Tensor]:
     """The target's last hidden state (after its final norm) at every position of every
     sequence, float16 on the CPU: ``[len(seq), hidden]`` each."""
     decoder = model.get_decoder()

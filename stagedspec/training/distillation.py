@@ -30,7 +30,7 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -53,19 +53,41 @@ def provenance(target: LoadedModel, kernels, work: Path) -> dict:
     plan that generated the corpus and where the corpus is cached."""
     here = Path(__file__).resolve().parent
     try:
-        commit = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=10).stdout.strip() or None
-        dirty = bool(subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
-                                    capture_output=True, text=True, timeout=10).stdout.strip()) if commit else None
+        commit = (
+            subprocess.run(
+                ["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+            or None
+        )
+        dirty = (
+            bool(
+                subprocess.run(
+                    ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+                    capture_output=True,
+                    text=True,
+                    timeout=10,
+                ).stdout.strip()
+            )
+            if commit
+            else None
+        )
     except (OSError, subprocess.SubprocessError):
         commit, dirty = None, None
-    return {"stagedspec": __version__, "commit": commit, "dirty": dirty, "python": platform.python_version(),
-            "torch": torch.__version__, "transformers": transformers.__version__,
-            "threads": torch.get_num_threads(), "device": str(target.device), "dtype": target.spec.dtype,
-            "kernels": getattr(kernels, "name", "hf") if kernels is not None else "hf",
-            "corpus_dir": work.name,
-            "selection": "hyper-parameters were chosen on this held-out split: heldout_agreement is "
-                         "optimistic, not an unbiased estimate"}
+    return {
+        "stagedspec": __version__,
+        "commit": commit,
+        "dirty": dirty,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "threads": torch.get_num_threads(),
+        "device": str(target.device),
+        "dtype": target.spec.dtype,
+        "kernels": getattr(kernels, "name", "hf") if kernels is not None else "hf",
+        "corpus_dir": work.name,
+        "selection": "hyper-parameters were chosen on this held-out split: heldout_agreement is "
+        "optimistic, not an unbiased estimate",
+    }
 
 
 # ---------------------------------------------------------------------------- training
@@ -129,8 +151,14 @@ def _divergence(teacher_logits: torch.Tensor, draft_logits: torch.Tensor, kind: 
     return 0.5 * (log_p.exp() - log_q.exp()).abs().sum(-1)
 
 
-def draft_loss(draft: DraftModel, ids: torch.Tensor, feats: torch.Tensor, mask: torch.Tensor, cfg: TrainConfig,
-               gen: torch.Generator | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+def draft_loss(
+    draft: DraftModel,
+    ids: torch.Tensor,
+    feats: torch.Tensor,
+    mask: torch.Tensor,
+    cfg: TrainConfig,
+    gen: torch.Generator | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """Mean loss over the valid positions of one padded batch.
 
     ids [B, L], feats [B, L, H] (the target's), mask [B, L] (1 = real token)."""
@@ -156,13 +184,20 @@ def draft_loss(draft: DraftModel, ids: torch.Tensor, feats: torch.Tensor, mask: 
     reg = F.smooth_l1_loss(pred[valid].float(), target_f.float(), reduction="none").mean(-1)
     div = _divergence(head(target_f), head(pred[valid]), cfg.divergence)
     loss = (cfg.reg_weight * reg + div).mean()
-    return loss, {"loss": float(loss.detach()), "divergence": float(div.detach().mean()),
-                  "feature_loss": float(reg.detach().mean())}
+    return loss, {
+        "loss": float(loss.detach()),
+        "divergence": float(div.detach().mean()),
+        "feature_loss": float(reg.detach().mean()),
+    }
 
 
 def train_draft(
-    draft: DraftModel, sequences: list[list[int]], features: list[torch.Tensor], cfg: TrainConfig,
-    checkpoint: str | Path | None = None, on_step: Callable[[int, dict[str, float]], None] | None = None,
+    draft: DraftModel,
+    sequences: list[list[int]],
+    features: list[torch.Tensor],
+    cfg: TrainConfig,
+    checkpoint: str | Path | None = None,
+    on_step: Callable[[int, dict[str, float]], None] | None = None,
     desc: str = "train",
 ) -> TrainState:
     """Train ``draft``'s own parameters (its layers, norm and fc; never the target's
@@ -221,16 +256,19 @@ def _lr_at(step: int, cfg: TrainConfig, total_steps: int) -> float:
     return cfg.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
 
 
-def _resume(ckpt: Path | None, draft: DraftModel, opt: torch.optim.Optimizer, total_steps: int,
-            cfg: TrainConfig) -> TrainState:
+def _resume(
+    ckpt: Path | None, draft: DraftModel, opt: torch.optim.Optimizer, total_steps: int, cfg: TrainConfig
+) -> TrainState:
     """A fresh state, or the one ``ckpt`` holds, loaded into ``draft`` and ``opt``; a
     checkpoint of another run (other steps or config) is refused."""
     if ckpt is None or not ckpt.is_file():
         return TrainState(total_steps=total_steps)
     saved = torch.load(ckpt, map_location="cpu", weights_only=False)
     if saved["total_steps"] != total_steps or saved["config"] != asdict(cfg):
-        raise ValueError(f"checkpoint {str(ckpt)!r} belongs to another run (steps or config differ); "
-                         "delete it or give another checkpoint path")
+        raise ValueError(
+            f"checkpoint {str(ckpt)!r} belongs to another run (steps or config differ); "
+            "delete it or give another checkpoint path"
+        )
     draft.load_state_dict(saved["model"], strict=False)
     opt.load_state_dict(saved["optimizer"])
     state = TrainState(**saved["state"])
@@ -238,19 +276,34 @@ def _resume(ckpt: Path | None, draft: DraftModel, opt: torch.optim.Optimizer, to
     return state
 
 
-def _save_checkpoint(ckpt: Path | None, draft: DraftModel, opt: torch.optim.Optimizer, state: TrainState,
-                     total_steps: int, cfg: TrainConfig) -> None:
+def _save_checkpoint(
+    ckpt: Path | None,
+    draft: DraftModel,
+    opt: torch.optim.Optimizer,
+    state: TrainState,
+    total_steps: int,
+    cfg: TrainConfig,
+) -> None:
     if ckpt is None:
         return
     ckpt.parent.mkdir(parents=True, exist_ok=True)
     tmp = ckpt.with_name(f".{ckpt.name}.tmp{os.getpid()}")
-    torch.save({"model": draft.trainable_state(), "optimizer": opt.state_dict(), "state": asdict(state),
-                "total_steps": total_steps, "config": asdict(cfg)}, tmp)
+    torch.save(
+        {
+            "model": draft.trainable_state(),
+            "optimizer": opt.state_dict(),
+            "state": asdict(state),
+            "total_steps": total_steps,
+            "config": asdict(cfg),
+        },
+        tmp,
+    )
     os.replace(tmp, ckpt)  # a kill mid-save leaves the previous checkpoint intact
 
 
-def _padded_batch(idx: list[int], sequences: list[list[int]], features: list[torch.Tensor], lengths: list[int]
-                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _padded_batch(
+    idx: list[int], sequences: list[list[int]], features: list[torch.Tensor], lengths: list[int]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Token ids [B, L], mask [B, L] (1 = real token) and float16 target features
     [B, L, H] of the sequences ``idx``, padded to the longest."""
     width = max(lengths[i] for i in idx)
@@ -265,8 +318,13 @@ def _padded_batch(idx: list[int], sequences: list[list[int]], features: list[tor
 
 
 @torch.no_grad()
-def agreement(draft: DraftModel, target: torch.nn.Module, sequences: list[list[int]],
-              features: list[torch.Tensor], start: list[int] | None = None) -> float:
+def agreement(
+    draft: DraftModel,
+    target: torch.nn.Module,
+    sequences: list[list[int]],
+    features: list[torch.Tensor],
+    start: list[int] | None = None,
+) -> float:
     """Share of answer tokens (index >= ``start[i]``) for which the draft's argmax, given
     the true prefix (and, for a feature draft, the target's true features), equals the
     target's argmax over the full vocabulary: the acceptance a greedy chain sees at its
@@ -281,12 +339,12 @@ def agreement(draft: DraftModel, target: torch.nn.Module, sequences: list[list[i
         ids = torch.tensor([seq])
         if draft.design == "layers":
             out = draft.lm.model(input_ids=ids).last_hidden_state[0, :-1]  # out[t] -> token t + 1
-            got, want = draft.vocab_map[draft.lm.lm_head(out).argmax(-1)][lo - 1:], want[lo - 1:]
+            got, want = draft.vocab_map[draft.lm.lm_head(out).argmax(-1)][lo - 1 :], want[lo - 1 :]
         else:
             inputs = draft.feature_inputs(ids[:, 1:], fe[None, :-1])
             out = draft.lm.model(inputs_embeds=inputs).last_hidden_state[0, :-1]  # slot t -> token t + 2
             got = draft.vocab_map[draft.lm.lm_head(out).argmax(-1)]
-            got, want = got[max(0, lo - 2):], want[1:][max(0, lo - 2):]
+            got, want = got[max(0, lo - 2) :], want[1:][max(0, lo - 2) :]
         hits += int((got == want).sum())
         total += len(want)
         assert len(got) == len(want) and L >= 2
@@ -318,8 +376,9 @@ class DistillSpec:
                 raise ValueError(f"designs.{design}: number of layers must be in 1..{top}, got {n!r}")
         top = target_vocab or self.vocab_size
         if not isinstance(self.vocab_size, int) or not 1 <= self.vocab_size <= top:
-            raise ValueError(f"vocab_size must be an integer in 1..{top} (the target's vocabulary), "
-                             f"got {self.vocab_size!r}")
+            raise ValueError(
+                f"vocab_size must be an integer in 1..{top} (the target's vocabulary), got {self.vocab_size!r}"
+            )
         if not 0 < self.heldout < 1:
             raise ValueError(f"heldout must be a share in (0, 1), got {self.heldout!r}")
 
@@ -349,28 +408,45 @@ def cached_features(target: torch.nn.Module, records: list[dict], path: Path) ->
 
 
 def distill(
-    target: LoadedModel, spec: DistillSpec, out_dir: str | Path, cache_dir: str | Path,
+    target: LoadedModel,
+    spec: DistillSpec,
+    out_dir: str | Path,
+    cache_dir: str | Path,
     on_metrics: Callable[[dict[str, float], int | None], None] = lambda m, step: None,
-    recipe: dict | None = None, kernels=None,
+    recipe: dict | None = None,
+    kernels=None,
 ) -> dict[str, Path]:
     """The whole recipe: corpus, features, vocabulary subset, n-gram corpus, then each
     draft trained and saved in ``out_dir`` (``<design>.safetensors``, ``ngram.safetensors``).
     Every stage is cached or checkpointed under ``cache_dir``: a re-run resumes."""
     spec.validate(target.vocab_size, target.num_layers)
     out_dir = Path(out_dir)
-    work = corpus_dir(cache_dir, target.name, spec.corpus, getattr(kernels, "name", "hf") if kernels is not None else "hf")
+    work = corpus_dir(
+        cache_dir, target.name, spec.corpus, getattr(kernels, "name", "hf") if kernels is not None else "hf"
+    )
     out_dir.mkdir(parents=True, exist_ok=True)
     records = build_corpus(target, spec.corpus, work / "corpus.jsonl", plan=kernels)
     train, held = split_records(records, spec.heldout)
     answers = [r["answer"] for r in train]
-    on_metrics({"corpus_records": len(records), "corpus_answer_tokens": sum(len(a) for a in answers),
-                "heldout_records": len(held)}, None)
+    on_metrics(
+        {
+            "corpus_records": len(records),
+            "corpus_answer_tokens": sum(len(a) for a in answers),
+            "heldout_records": len(held),
+        },
+        None,
+    )
     features = cached_features(target.model, train + held, work / "features.safetensors")
-    f_train, f_held = features[: len(train)], features[len(train):]
+    f_train, f_held = features[: len(train)], features[len(train) :]
     eos = eos_token_ids(target)
     subset = vocab_subset(answers, spec.vocab_size, target.vocab_size, always=eos)
-    on_metrics({"vocab_coverage_train": coverage(answers, subset),
-                "vocab_coverage_heldout": coverage([r["answer"] for r in held], subset)}, None)
+    on_metrics(
+        {
+            "vocab_coverage_train": coverage(answers, subset),
+            "vocab_coverage_heldout": coverage([r["answer"] for r in held], subset),
+        },
+        None,
+    )
     paths = {"ngram": out_dir / "ngram.safetensors"}
     stream = [t for a in answers for t in (a if a and a[-1] in eos else a + eos[:1])]
     write_corpus(paths["ngram"], stream, target.vocab_size, source=f"{target.name} answers to training prompts")
@@ -385,17 +461,36 @@ def distill(
             on_metrics({f"{design}/{k}": v for k, v in m.items()}, step)
 
         key = hashlib_key({**asdict(spec), "design": design, "n_layers": n_layers})
-        state = train_draft(draft, seqs, f_train, spec.train, checkpoint=work / f"{design}-{key}.ckpt",
-                            on_step=log_step, desc=f"train {design}")
+        state = train_draft(
+            draft,
+            seqs,
+            f_train,
+            spec.train,
+            checkpoint=work / f"{design}-{key}.ckpt",
+            on_step=log_step,
+            desc=f"train {design}",
+        )
         after = agreement(draft, target.model, held_seqs, f_held, held_starts)
-        metrics = {"heldout_agreement_untrained": before, "heldout_agreement": after,
-                   "train_seconds": state.seconds, "train_steps": state.step, **draft_size(draft)}
+        metrics = {
+            "heldout_agreement_untrained": before,
+            "heldout_agreement": after,
+            "train_seconds": state.seconds,
+            "train_steps": state.step,
+            **draft_size(draft),
+        }
         on_metrics({f"{design}/{k}": float(v) for k, v in metrics.items()}, None)
         draft.meta.recipe = {**(recipe or {}), "provenance": provenance(target, kernels, work)}
         draft.meta.metrics = metrics
         paths[design] = save_draft(draft, out_dir / f"{design}.safetensors")
-        log.info("%s draft: held-out agreement %.3f (untrained %.3f), %d steps in %.0f s -> %s", design, after,
-                 before, state.step, state.seconds, paths[design])
+        log.info(
+            "%s draft: held-out agreement %.3f (untrained %.3f), %d steps in %.0f s -> %s",
+            design,
+            after,
+            before,
+            state.step,
+            state.seconds,
+            paths[design],
+        )
     return paths
 
 

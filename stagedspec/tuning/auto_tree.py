@@ -30,19 +30,31 @@ from .tree_program import Calibration, Choice, choose
 log = logging.getLogger(__name__)
 
 
-def auto_tree_key(auto: AutoShape, target, sampling: SamplingConfig, plan: KernelPlan,
-                  hierarchy_key: Any = None) -> dict:
+def auto_tree_key(
+    auto: AutoShape, target, sampling: SamplingConfig, plan: KernelPlan, hierarchy_key: Any = None
+) -> dict:
     """What a ``tree=auto`` measurement depends on: the hierarchy, the target, the sampling
     rule, the kernel plan, the request and this machine (the calibration cache's key)."""
     p = next(target.model.parameters())
     return {
-        "hierarchy": hierarchy_key, "target": getattr(target, "name", ""),
-        "dtype": str(p.dtype).removeprefix("torch."), "device": str(p.device), "threads": torch.get_num_threads(),
-        "plan": plan.describe(), "temperature": sampling.temperature, "top_k": sampling.top_k,
-        "top_p": sampling.top_p, "widths": list(auto.widths), "prompts": auto.prompts, "source": auto.source,
+        "hierarchy": hierarchy_key,
+        "target": getattr(target, "name", ""),
+        "dtype": str(p.dtype).removeprefix("torch."),
+        "device": str(p.device),
+        "threads": torch.get_num_threads(),
+        "plan": plan.describe(),
+        "temperature": sampling.temperature,
+        "top_k": sampling.top_k,
+        "top_p": sampling.top_p,
+        "widths": list(auto.widths),
+        "prompts": auto.prompts,
+        "source": auto.source,
         "tokens": auto.tokens,
-        "max_positions": auto.max_nodes + 1, "repeats": auto.repeats, "torch": torch.__version__,
-        "processor": cpu_name(), "cores": os.cpu_count(),
+        "max_positions": auto.max_nodes + 1,
+        "repeats": auto.repeats,
+        "torch": torch.__version__,
+        "processor": cpu_name(),
+        "cores": os.cpu_count(),
     }
 
 
@@ -53,9 +65,15 @@ def _cache_file(key: dict, hierarchy_key: Any, cache_dir: Path | None) -> Path |
     return cache_dir / "trees" / f"{digest}.json"
 
 
-def resolve_auto_tree(drafter, target, sampling: SamplingConfig, plan: KernelPlan = HF_PLAN,
-                      hierarchy_key: Any = None, cache_dir: str | Path | None = None,
-                      prompts: list[list[int]] | None = None) -> Choice | None:
+def resolve_auto_tree(
+    drafter,
+    target,
+    sampling: SamplingConfig,
+    plan: KernelPlan = HF_PLAN,
+    hierarchy_key: Any = None,
+    cache_dir: str | Path | None = None,
+    prompts: list[list[int]] | None = None,
+) -> Choice | None:
     """Resolve ``drafter``'s ``tree=auto`` now: calibrate against ``target`` under
     ``sampling`` and ``plan`` (or read the cached calibration), choose, and set
     ``drafter.tree`` to the chosen path list. Call it before anything is timed; the
@@ -87,7 +105,13 @@ def resolve_auto_tree(drafter, target, sampling: SamplingConfig, plan: KernelPla
     choice = choose(cal, auto, hit, str(f) if f is not None else None)
     chosen = TreeShape.parse(choice.paths)
     drafter.tree = chosen
-    log.info("tree=auto for %s: %d nodes, depth %d, predicted %.2f tokens/call, %.1f tokens/s (%s)",
-             drafter.name, chosen.size, chosen.depth, choice.predicted_tokens_per_call,
-             choice.predicted_tokens_per_s, "cached calibration" if hit else f"calibrated in {cal.seconds:.1f} s")
+    log.info(
+        "tree=auto for %s: %d nodes, depth %d, predicted %.2f tokens/call, %.1f tokens/s (%s)",
+        drafter.name,
+        chosen.size,
+        chosen.depth,
+        choice.predicted_tokens_per_call,
+        choice.predicted_tokens_per_s,
+        "cached calibration" if hit else f"calibrated in {cal.seconds:.1f} s",
+    )
     return choice

@@ -76,10 +76,16 @@ def _linears(model: nn.Module) -> list[nn.Linear]:
 def calibration_key(model: nn.Module, dtype: torch.dtype, threads: int, device: torch.device) -> dict:
     sizes = [list(m.weight.shape) for m in _linears(model)]
     return {
-        "machine": platform.machine(), "processor": cpu_name(), "cores": os.cpu_count(),
-        "torch": torch.__version__, "model": getattr(getattr(model, "config", None), "_name_or_path", "") or "",
-        "weights": hashlib.sha256(json.dumps(sizes).encode()).hexdigest()[:16], "n_linear": len(sizes),
-        "dtype": str(dtype).removeprefix("torch."), "threads": threads, "device": str(device),
+        "machine": platform.machine(),
+        "processor": cpu_name(),
+        "cores": os.cpu_count(),
+        "torch": torch.__version__,
+        "model": getattr(getattr(model, "config", None), "_name_or_path", "") or "",
+        "weights": hashlib.sha256(json.dumps(sizes).encode()).hexdigest()[:16],
+        "n_linear": len(sizes),
+        "dtype": str(dtype).removeprefix("torch."),
+        "threads": threads,
+        "device": str(device),
         "int4_exact": len(exact_int4_modules(model)),
     }
 
@@ -114,8 +120,12 @@ def _time_pass(mods: list[nn.Linear], xs: list[torch.Tensor], path: str, reps: i
 
 
 def calibrate(
-    model: nn.Module, max_rows: int = MAX_ROWS, max_packs: int = 2, reps: int = 7,
-    cache_dir: str | Path | None = None, name: str = "fast",
+    model: nn.Module,
+    max_rows: int = MAX_ROWS,
+    max_packs: int = 2,
+    reps: int = 7,
+    cache_dir: str | Path | None = None,
+    name: str = "fast",
 ) -> tuple[KernelPlan, Calibration]:
     """Time each available GEMM path for 1..max_rows rows over all of ``model``'s Linear
     weights; keep the fastest per row count using at most ``max_packs`` prepacked copies
@@ -133,8 +143,9 @@ def calibrate(
     f = cache / f"{digest}.json"
     if f.is_file():
         cal = Calibration(**json.loads(f.read_text()))
-        plan = KernelPlan(**{**cal.plan, "linear": tuple(cal.plan["linear"]),
-                             "long_path": long_path_for(cal.plan["linear"])})
+        plan = KernelPlan(
+            **{**cal.plan, "linear": tuple(cal.plan["linear"]), "long_path": long_path_for(cal.plan["linear"])}
+        )
         log.info("kernel plan from %s: %s", f, plan.describe())
         return plan, cal
     t0 = time.perf_counter()
@@ -155,10 +166,23 @@ def calibrate(
         for q in list(mod._stagedspec_packs):
             if q not in linear and not (q == PATH_INT4 and getattr(mod, "_stagedspec_int4_exact", False)):
                 del mod._stagedspec_packs[q]
-    plan = KernelPlan(name=name, linear=tuple(linear), long_path=long_path_for(linear), gqa_packing=True,
-                      slot_cache=True, lean_layers=True, int4_rows=int4_rows, int4_exact=bool(int4_rows))
-    cal = Calibration(key={**key, **args}, times_ms=times, plan={**asdict(plan), "linear": list(plan.linear)},
-                      seconds=time.perf_counter() - t0, int4_ms=int4_ms)
+    plan = KernelPlan(
+        name=name,
+        linear=tuple(linear),
+        long_path=long_path_for(linear),
+        gqa_packing=True,
+        slot_cache=True,
+        lean_layers=True,
+        int4_rows=int4_rows,
+        int4_exact=bool(int4_rows),
+    )
+    cal = Calibration(
+        key={**key, **args},
+        times_ms=times,
+        plan={**asdict(plan), "linear": list(plan.linear)},
+        seconds=time.perf_counter() - t0,
+        int4_ms=int4_ms,
+    )
     write_json_atomically(f, asdict(cal), "kernel calibration", shown=cache)
     log.info("calibrated kernels in %.1f s: %s", cal.seconds, plan.describe())
     return plan, cal
@@ -175,7 +199,10 @@ def _time_exact_int4(model: nn.Module, linear: list[str], reps: int) -> dict[str
     dtype = mods[0].weight.dtype
     for m in range(1, min(INT4_MAX_ROWS, len(linear)) + 1):
         xs = [torch.randn(m, mod.in_features, dtype=dtype) for mod in mods]
-        out[str(m)] = {"int4": _time_pass(mods, xs, PATH_INT4, reps), "dense": _time_pass(mods, xs, linear[m - 1], reps)}
+        out[str(m)] = {
+            "int4": _time_pass(mods, xs, PATH_INT4, reps),
+            "dense": _time_pass(mods, xs, linear[m - 1], reps),
+        }
         if out[str(m)]["int4"] >= out[str(m)]["dense"]:
             break
     return out
@@ -209,5 +236,3 @@ def kernel_plan(target, name: str) -> KernelPlan:
         raise ValueError(f"kernels must be 'fast' or 'hf', got {name!r}")
     plan, _ = calibrate(target.model, cache_dir=target.spec.resolved_cache_dir())
     return plan
-
-

@@ -54,7 +54,7 @@ class RankRecorder:
 
     def propose(self, contexts, features=None):
         for (ctx, tree), new in zip(self.last, contexts):
-            self.observe(tree, new[len(ctx):])
+            self.observe(tree, new[len(ctx) :])
         trees = self.inner.propose(contexts, features)
         self.last = [(list(c), t) for c, t in zip(contexts, trees)]
         return trees
@@ -98,7 +98,8 @@ def calibration_prompts(target, n: int, source: str = "training", seed: int = 0)
         if not path.is_file():
             raise FileNotFoundError(
                 f"tree=auto with source=data calibrates on {path}, which does not exist: set "
-                f"${prompt_sets.DATA_ENV} to a Spec-Bench-style questions file or use source=training")
+                f"${prompt_sets.DATA_ENV} to a Spec-Bench-style questions file or use source=training"
+            )
         questions = prompt_sets.load_questions(path)
         by_cat: dict[str, list] = {}
         for q in questions:
@@ -216,8 +217,15 @@ def verify_sizes(max_positions: int) -> list[int]:
     return sorted(sizes)
 
 
-def calibrate(drafter, target, sampling: SamplingConfig, plan: KernelPlan, auto: AutoShape, key: dict,
-              prompts: list[list[int]] | None = None) -> Calibration:
+def calibrate(
+    drafter,
+    target,
+    sampling: SamplingConfig,
+    plan: KernelPlan,
+    auto: AutoShape,
+    key: dict,
+    prompts: list[list[int]] | None = None,
+) -> Calibration:
     """Measure everything ``choose`` needs (see the module docstring). Leaves ``drafter.tree``
     at the calibration shape; the caller sets the chosen one."""
     t0 = time.perf_counter()
@@ -225,8 +233,12 @@ def calibrate(drafter, target, sampling: SamplingConfig, plan: KernelPlan, auto:
     shape = auto.calibration_shape()
     drafter.tree = shape
     rec = RankRecorder(drafter, auto.depth, max(auto.widths))
-    dec = SpeculativeDecoder(target.model, rec, SamplingConfig(sampling.temperature, sampling.top_k, sampling.top_p,
-                                                               seed=sampling.seed + 777), plan=plan)
+    dec = SpeculativeDecoder(
+        target.model,
+        rec,
+        SamplingConfig(sampling.temperature, sampling.top_k, sampling.top_p, seed=sampling.seed + 777),
+        plan=plan,
+    )
     dec.generate([prompts[0][-16:]], 4)  # warm-up: first forwards allocate
     rec.counts = [[0] * max(auto.widths) for _ in range(auto.depth)]
     rec.reached = [0] * auto.depth
@@ -239,15 +251,18 @@ def calibrate(drafter, target, sampling: SamplingConfig, plan: KernelPlan, auto:
         seq = res.sequences[0]
         if rec.last:
             ctx, tree = rec.last[0]
-            rec.observe(tree, (p + seq.output_ids)[len(ctx):])
+            rec.observe(tree, (p + seq.output_ids)[len(ctx) :])
         calls += res.target_calls
         emitted += len(seq.output_ids)
         draft_s += sum(t.draft for t in res.phase_times)
         fwd_s += res.target_forward_time
         wall_s += sum(t.total for t in res.phase_times)
         contexts.append(p + seq.output_ids)
-    traces = _rank_traces(drafter, target.model, prompts, contexts, max(auto.widths), sampling, plan) \
-        if sampling.greedy else []
+    traces = (
+        _rank_traces(drafter, target.model, prompts, contexts, max(auto.widths), sampling, plan)
+        if sampling.greedy
+        else []
+    )
     ctx = max(contexts, key=len)
     positions = auto.max_nodes + 1
     sizes = verify_sizes(max(positions, shape.size + 1))
@@ -257,14 +272,28 @@ def calibrate(drafter, target, sampling: SamplingConfig, plan: KernelPlan, auto:
     bushy = widths_to_paths([3, 2, 2])
     draft_points = []
     for s in (chain(1), chain(auto.depth), bushy):
-        draft_points.append([float(s.depth), float(s.size),
-                             _time_propose(drafter, ctx, s, sampling, gen, plan, auto.repeats, target.model)])
+        draft_points.append(
+            [
+                float(s.depth),
+                float(s.size),
+                _time_propose(drafter, ctx, s, sampling, gen, plan, auto.repeats, target.model),
+            ]
+        )
     rest_ms = 1000 * (wall_s - draft_s - fwd_s) / max(calls, 1) - interp(process, shape.size + 1)
     return Calibration(
-        key=key, widths=list(auto.widths), accept_counts=rec.counts, reached=rec.reached, verify_ms=verify,
-        draft_fit_ms=_fit_draft(draft_points), draft_points=draft_points, rest_ms=max(rest_ms, 0.0),
-        process_ms=process, calib_tokens_per_call=emitted / max(calls, 1), rounds=calls,
-        seconds=time.perf_counter() - t0, rank_traces=traces,
+        key=key,
+        widths=list(auto.widths),
+        accept_counts=rec.counts,
+        reached=rec.reached,
+        verify_ms=verify,
+        draft_fit_ms=_fit_draft(draft_points),
+        draft_points=draft_points,
+        rest_ms=max(rest_ms, 0.0),
+        process_ms=process,
+        calib_tokens_per_call=emitted / max(calls, 1),
+        rounds=calls,
+        seconds=time.perf_counter() - t0,
+        rank_traces=traces,
     )
 
 
@@ -287,5 +316,3 @@ def _rank_traces(drafter, target_model, prompts, texts, width: int, sampling, pl
             rho.append(hit[0] if hit else -1)
         out.append(rho)
     return out
-
-

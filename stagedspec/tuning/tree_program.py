@@ -68,7 +68,7 @@ def best_trees(accept: np.ndarray, max_nodes: int, max_depth: int) -> tuple[np.n
             arg = np.argmax(cand, axis=1)
             G = cand[m, arg]
             choice[h].append(a[arg])
-            better = 1.0 + G[: N] > top[1:]
+            better = 1.0 + G[:N] > top[1:]
             top[1:] = np.where(better, 1.0 + G, top[1:])
             nkids[h][1:] = np.where(better, j + 1, nkids[h][1:])
         best[h] = top
@@ -234,8 +234,9 @@ def _from_replay(acc: list, offered: list, fallback: np.ndarray) -> np.ndarray:
     return out
 
 
-def choose(cal: Calibration, auto: AutoShape, cache_hit: bool = False, cache_file: str | None = None,
-           iterations: int = 3) -> Choice:
+def choose(
+    cal: Calibration, auto: AutoShape, cache_hit: bool = False, cache_file: str | None = None, iterations: int = 3
+) -> Choice:
     """The tree with the most expected tokens per second under the measured costs.
 
     Sequoia's program proposes the best tree of each size and depth under positional
@@ -249,8 +250,7 @@ def choose(cal: Calibration, auto: AutoShape, cache_hit: bool = False, cache_fil
     traces = cal.rank_traces
 
     def cost(n: int, depth: int) -> float:  # n: positions scored (root + nodes)
-        return (interp(cal.verify_ms, n) + interp(cal.process_ms, n) + a + b * depth + c * (n - 1)
-                + cal.rest_ms)
+        return interp(cal.verify_ms, n) + interp(cal.process_ms, n) + a + b * depth + c * (n - 1) + cal.rest_ms
 
     best: dict | None = None
     candidates: list[dict] = []
@@ -268,8 +268,15 @@ def choose(cal: Calibration, auto: AutoShape, cache_hit: bool = False, cache_fil
                 tpc = replay(tree, traces)[0] if traces else float(value[n])
                 seen[tree] = tpc
                 ms = cost(n, d)
-                row = {"nodes": n - 1, "depth": d, "tokens_per_call": tpc, "program": float(value[n]), "ms": ms,
-                       "pass": it, "paths": [list(p) for p in tree]}
+                row = {
+                    "nodes": n - 1,
+                    "depth": d,
+                    "tokens_per_call": tpc,
+                    "program": float(value[n]),
+                    "ms": ms,
+                    "pass": it,
+                    "paths": [list(p) for p in tree],
+                }
                 candidates.append(row)
                 if best is None or tpc / ms > best["tokens_per_call"] / best["ms"] * (1 + 1e-9):
                     best = row
@@ -278,12 +285,22 @@ def choose(cal: Calibration, auto: AutoShape, cache_hit: bool = False, cache_fil
             accept = _from_replay(acc, offered, acceptance_matrix(cal.accept_counts, cal.reached))
     assert best is not None
     shape = TreeShape.parse(best["paths"])
-    calib = replay(auto.calibration_shape(), traces)[0] if traces else _tree_value(
-        acceptance_matrix(cal.accept_counts, cal.reached), auto.calibration_shape())
-    return Choice(paths=[list(p) for p in shape.paths], predicted_tokens_per_call=best["tokens_per_call"],
-                  predicted_ms_per_call=best["ms"], accept=accept.tolist(), calibration=cal, cache_hit=cache_hit,
-                  cache_file=cache_file, predicted_calib_tokens_per_call=calib,
-                  candidates=[{k: v for k, v in r.items() if k != "paths"} for r in candidates])
+    calib = (
+        replay(auto.calibration_shape(), traces)[0]
+        if traces
+        else _tree_value(acceptance_matrix(cal.accept_counts, cal.reached), auto.calibration_shape())
+    )
+    return Choice(
+        paths=[list(p) for p in shape.paths],
+        predicted_tokens_per_call=best["tokens_per_call"],
+        predicted_ms_per_call=best["ms"],
+        accept=accept.tolist(),
+        calibration=cal,
+        cache_hit=cache_hit,
+        cache_file=cache_file,
+        predicted_calib_tokens_per_call=calib,
+        candidates=[{k: v for k, v in r.items() if k != "paths"} for r in candidates],
+    )
 
 
 def _tree_value(accept: np.ndarray, shape: StaticShape) -> float:
@@ -294,5 +311,3 @@ def _tree_value(accept: np.ndarray, shape: StaticShape) -> float:
         a = float(accept[d, r]) if d < accept.shape[0] and r < accept.shape[1] else 0.0
         reach[p] = reach[p[:-1]] * a
     return float(sum(reach.values()))
-
-

@@ -38,24 +38,39 @@ SPEEDUP_BY_BATCH = {1: 1.6, 2: 1.3, 4: 0.9, 8: 0.6}
 2 + (4 - 2) * (1.3 - 1) / (1.3 - 0.9) = 3.5."""
 
 
-def _run(method: str, t: float = 0.0, bs: int = 1, small: int = 12, copy: int = 24, ngram: int = 10,
-         **extra) -> dict:
+def _run(method: str, t: float = 0.0, bs: int = 1, small: int = 12, copy: int = 24, ngram: int = 10, **extra) -> dict:
     """One child run as ``load_runs`` gives it, with numbers that tell its settings apart."""
     levels = method.split(">")[:-1]
     ks = {"ngram": ngram, "small": small, "copy": copy if method == STAGED else 10}
-    row = {"run_id": f"{method}-T{t}-bs{bs}-s{small}-c{copy}-{len(extra)}", "status": "FINISHED",
-           "params.method": method, "params.draft_k": ks[levels[-1]], "params.temperature": t,
-           "params.batch_size": bs, "params.tree": "chain", "params.max_new_tokens": 64,
-           # an outcome logged as a param: the calibration's prompts, as many as the batch holds
-           "params.prediction.calibration": f"heldout: questions {list(range(max(2, bs)))}"}
+    row = {
+        "run_id": f"{method}-T{t}-bs{bs}-s{small}-c{copy}-{len(extra)}",
+        "status": "FINISHED",
+        "params.method": method,
+        "params.draft_k": ks[levels[-1]],
+        "params.temperature": t,
+        "params.batch_size": bs,
+        "params.tree": "chain",
+        "params.max_new_tokens": 64,
+        # an outcome logged as a param: the calibration's prompts, as many as the batch holds
+        "params.prediction.calibration": f"heldout: questions {list(range(max(2, bs)))}",
+    }
     for level in levels[:-1]:
         row[f"params.levels.{level}.k"] = ks[level]
     speedup = SPEEDUP_BY_BATCH[bs] - 0.2 * t + 0.001 * ks[levels[-1]] + 0.002 * small * ("small" in levels)
-    m = {"speedup": speedup, "speedup_ci_low": speedup - 0.1, "speedup_ci_high": speedup + 0.1,
-         "ar_tokens_per_s": 20.0 * bs, "tokens_per_s": 20.0 * bs * speedup,
-         "alpha_hat": 0.9 - 0.01 * small - 0.1 * t, "mean_acceptance_length": 1.5 + 0.1 * small + 0.01 * copy,
-         "wasted_target_fraction": 0.3 + 0.01 * small + 0.001 * copy, "emitted": 64.0 * bs,
-         "target_calls": 20.0, "target_call_s": 0.1, "batch_rounds": 20.0}
+    m = {
+        "speedup": speedup,
+        "speedup_ci_low": speedup - 0.1,
+        "speedup_ci_high": speedup + 0.1,
+        "ar_tokens_per_s": 20.0 * bs,
+        "tokens_per_s": 20.0 * bs * speedup,
+        "alpha_hat": 0.9 - 0.01 * small - 0.1 * t,
+        "mean_acceptance_length": 1.5 + 0.1 * small + 0.01 * copy,
+        "wasted_target_fraction": 0.3 + 0.01 * small + 0.001 * copy,
+        "emitted": 64.0 * bs,
+        "target_calls": 20.0,
+        "target_call_s": 0.1,
+        "batch_rounds": 20.0,
+    }
     for i, level in enumerate(levels):
         m[f"acceptance_rate/{level}"] = 0.5 + 0.1 * i - 0.005 * ks[level] - 0.05 * t
         m[f"wasted_draft_fraction/{level}"] = 0.1 + 0.1 * i + 0.01 * ks[level]
@@ -106,7 +121,7 @@ def panels_by_level(fig) -> dict:
     for ax in fig.axes:
         label = ax.get_xlabel()
         assert label.startswith("k of level '") and label.endswith("' (tokens)"), label
-        out[label[len("k of level '"):-len("' (tokens)")]] = ax
+        out[label[len("k of level '") : -len("' (tokens)")]] = ax
     return out
 
 
@@ -120,8 +135,12 @@ def logged(frame: pd.DataFrame, name: str, **where) -> float:
 
 def k_runs(frame: pd.DataFrame, level: str) -> pd.DataFrame:
     """The staged default's T = 0, batch-1, 64-token runs along ``level``'s k, by that k."""
-    d = frame[(frame["params.method"] == STAGED) & (frame["params.temperature"] == 0) &
-              (frame["params.batch_size"] == 1) & (frame["params.max_new_tokens"] == 64)]
+    d = frame[
+        (frame["params.method"] == STAGED)
+        & (frame["params.temperature"] == 0)
+        & (frame["params.batch_size"] == 1)
+        & (frame["params.max_new_tokens"] == 64)
+    ]
     if level == "copy":
         d = d[d["params.levels.small.k"] == 12].set_index("params.draft_k")
     else:
@@ -194,14 +213,18 @@ def test_wasted_time_is_seconds_times_share_per_token(drawn, tmp_path):
     assert target[12] == pytest.approx(1000 * 0.1 * 20 * 0.444 / 64)
     row = data[(data["wasted"] == "small") & (data["axis_level"] == "small") & (data["k"] == 4)].iloc[0]
     assert (row["seconds_metric"], row["units_metric"], row["share_metric"]) == (
-        "round_draft_forward_s/small", "batch_rounds", "wasted_draft_fraction/small")
+        "round_draft_forward_s/small",
+        "batch_rounds",
+        "wasted_draft_fraction/small",
+    )
     assert any("Derived, not logged" in n for n in data.attrs["notes"])
 
 
 def test_wasted_time_not_drawn_without_the_seconds(tmp_path):
     frame = sweep_frame()
-    frame = frame.drop(columns=[c for c in frame if c.startswith("metrics.round_draft_forward_s/")
-                                or c == "metrics.target_call_s"])
+    frame = frame.drop(
+        columns=[c for c in frame if c.startswith("metrics.round_draft_forward_s/") or c == "metrics.target_call_s"]
+    )
     with pytest.raises(FigureSkipped, match="round_draft_forward_s/<level>"):
         fig_wasted_time_vs_k(frame, tmp_path / "e.png")
 
@@ -236,14 +259,20 @@ def test_speedup_vs_batch_size_marks_the_crossover(drawn, tmp_path):
     x = 2 + (4 - 2) * (s2 - 1) / (s2 - s4)
     assert set(lines) == {line, "AR (1×)", f"crossover {line}: B≈{x:.3g}"}
     np.testing.assert_array_equal(lines[line].get_xdata(), [1, 2, 4, 8])
-    staged = frame[(frame["params.method"] == STAGED) & (frame["params.temperature"] == 0) &
-                   (frame["params.levels.small.k"] == 12) & (frame["params.draft_k"] == 24) &
-                   (frame["params.max_new_tokens"] == 64)].sort_values("params.batch_size")
+    staged = frame[
+        (frame["params.method"] == STAGED)
+        & (frame["params.temperature"] == 0)
+        & (frame["params.levels.small.k"] == 12)
+        & (frame["params.draft_k"] == 24)
+        & (frame["params.max_new_tokens"] == 64)
+    ].sort_values("params.batch_size")
     np.testing.assert_array_equal(lines[line].get_ydata(), staged["metrics.speedup"].to_numpy())
     assert data["crossover_batch_size"].unique() == pytest.approx([x])
     assert lines[f"crossover {line}: B≈{x:.3g}"].get_xdata() == pytest.approx([x, x])
-    assert f"{line}: speedup crosses 1 at batch size ≈ 3.74 (linear between the sizes around it); speculation " \
-           "stops paying there." in data.attrs["notes"]
+    assert (
+        f"{line}: speedup crosses 1 at batch size ≈ 3.74 (linear between the sizes around it); speculation "
+        "stops paying there." in data.attrs["notes"]
+    )
     assert f"{line}: T=0, k(ngram)=10, k(small)=12, k(copy)=24." in data.attrs["notes"]
     tps = series(right)
     assert set(tps) == {f"spec: {line}", f"AR: {line}"}
@@ -272,13 +301,18 @@ def test_crossover_by_hand():
 
 def test_one_value_axis_is_not_drawn(tmp_path):
     frame = sweep_frame()
-    headline = frame[(frame["params.batch_size"] == 1) & (frame["params.levels.small.k"].fillna(12) == 12)
-                     & (frame["params.draft_k"] != 16)]  # the main sweep before its axes: one k, one batch size
+    headline = frame[
+        (frame["params.batch_size"] == 1)
+        & (frame["params.levels.small.k"].fillna(12) == 12)
+        & (frame["params.draft_k"] != 16)
+    ]  # the main sweep before its axes: one k, one batch size
     assert len(headline) == 6
     with pytest.raises(FigureSkipped) as why:
         fig_acceptance_vs_k(headline, tmp_path / "a.png")
-    assert str(why.value) == (f"each method ran at one k per draft level ({LOOKUP}: copy 10; {STAGED}: ngram 10, "
-                              f"small 12, copy 24; {STANDARD}: small 12): no k axis to draw")
+    assert str(why.value) == (
+        f"each method ran at one k per draft level ({LOOKUP}: copy 10; {STAGED}: ngram 10, "
+        f"small 12, copy 24; {STANDARD}: small 12): no k axis to draw"
+    )
     with pytest.raises(FigureSkipped, match=r"^only one batch size \(1\) in these runs: no axis to draw$"):
         fig_speedup_vs_batch_size(headline, tmp_path / "g.png")
     greedy = frame[frame["params.temperature"] == 0]

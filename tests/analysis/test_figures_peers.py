@@ -10,10 +10,12 @@ from matplotlib.collections import LineCollection
 
 from analysis.peers_figure import draw, figure
 
-ROWS = [{"method": "hf", "batch": 1, "speedup_vs_hf": 1.0, "ci": [1.0, 1.0]},
-        {"method": "ngram>small>copy>target", "batch": 1, "speedup_vs_hf": 1.8, "ci": [1.5, 2.2]},
-        {"method": "ar", "batch": 2, "speedup_vs_hf": 1.5, "ci": [1.2, 1.8]},
-        {"method": "bad", "batch": 1, "speedup_vs_hf": float("nan"), "ci": [float("nan")] * 2}]
+ROWS = [
+    {"method": "hf", "batch": 1, "speedup_vs_hf": 1.0, "ci": [1.0, 1.0]},
+    {"method": "ngram>small>copy>target", "batch": 1, "speedup_vs_hf": 1.8, "ci": [1.5, 2.2]},
+    {"method": "ar", "batch": 2, "speedup_vs_hf": 1.5, "ci": [1.2, 1.8]},
+    {"method": "bad", "batch": 1, "speedup_vs_hf": float("nan"), "ci": [float("nan")] * 2},
+]
 
 
 def test_bars_labels_and_intervals_read_back():

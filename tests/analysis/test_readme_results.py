@@ -34,38 +34,62 @@ def test_a_typed_figure_outside_the_blocks_is_caught():
 
 
 def test_llama_rates_are_ratios_of_totals():
-    llama = {"rows": [
-        {"mode": "plain", "tokens": 96, "tokens_per_s": 16.0},   # 6 s
-        {"mode": "plain", "tokens": 96, "tokens_per_s": 12.0},   # 8 s
-        {"mode": "ngram-simple", "tokens": 100, "seconds": 2.0},
-        {"mode": "ngram-simple", "tokens": 50, "seconds": 3.0},
-    ]}
+    llama = {
+        "rows": [
+            {"mode": "plain", "tokens": 96, "tokens_per_s": 16.0},  # 6 s
+            {"mode": "plain", "tokens": 96, "tokens_per_s": 12.0},  # 8 s
+            {"mode": "ngram-simple", "tokens": 100, "seconds": 2.0},
+            {"mode": "ngram-simple", "tokens": 50, "seconds": 3.0},
+        ]
+    }
     rates = rr.llama_rates(llama)
-    assert rates["plain"] == pytest.approx(192 / 14)          # not the mean of rates, 14.0
-    assert rates["ngram-simple"] == pytest.approx(150 / 5)    # not the mean of rates, 33.3
+    assert rates["plain"] == pytest.approx(192 / 14)  # not the mean of rates, 14.0
+    assert rates["ngram-simple"] == pytest.approx(150 / 5)  # not the mean of rates, 33.3
 
 
 def _run(method, k, batch, limit, tokens, temp, tps, speedup, ar, calls):
-    return {"method": method, "levels.small.k": k, "batch_size": batch, "data.limit": limit,
-            "max_new_tokens": tokens, "temperature": temp, "tokens_per_s": tps, "speedup": speedup,
-            "ar_tokens_per_s": ar, "mean_acceptance_length": calls}
+    return {
+        "method": method,
+        "levels.small.k": k,
+        "batch_size": batch,
+        "data.limit": limit,
+        "max_new_tokens": tokens,
+        "temperature": temp,
+        "tokens_per_s": tps,
+        "speedup": speedup,
+        "ar_tokens_per_s": ar,
+        "mean_acceptance_length": calls,
+    }
 
 
 def test_main_command_block_by_hand(tmp_path, monkeypatch):
     src = tmp_path / "docs" / "main"
     src.mkdir(parents=True)
     staged = "ngram>small>copy>target"
-    pd.DataFrame([
-        _run(staged, 12, 1, 3, 64, 0.0, 30.0, 4.0, 7.5, 15.0),
-        _run("copy>target", None, 1, 3, 64, 0.0, 20.0, 2.5, 8.0, 6.0),
-        _run(staged, 12, 1, 3, 64, 0.7, 25.0, 3.0, 8.3, 12.0),
-        _run(staged, 4, 1, 3, 32, 0.0, 21.0, 2.0, 10.5, 4.5),
-        _run(staged, 8, 1, 3, 32, 0.0, 22.0, 2.1, 10.5, 8.5),
-        _run(staged, 12, 1, 4, 32, 0.0, 23.0, 3.0, 7.6, 14.0),
-        _run(staged, 12, 4, 4, 32, 0.0, 27.0, 1.1, 24.5, 14.0),
-    ]).to_csv(src / "runs.csv", index=False)
-    (src / "timing.json").write_text(json.dumps({"started": "S", "install_s": 60, "sweep_s": 540, "report_s": 30,
-                                                 "total_s": 630, "cpu": "CPU", "threads": 2}))
+    pd.DataFrame(
+        [
+            _run(staged, 12, 1, 3, 64, 0.0, 30.0, 4.0, 7.5, 15.0),
+            _run("copy>target", None, 1, 3, 64, 0.0, 20.0, 2.5, 8.0, 6.0),
+            _run(staged, 12, 1, 3, 64, 0.7, 25.0, 3.0, 8.3, 12.0),
+            _run(staged, 4, 1, 3, 32, 0.0, 21.0, 2.0, 10.5, 4.5),
+            _run(staged, 8, 1, 3, 32, 0.0, 22.0, 2.1, 10.5, 8.5),
+            _run(staged, 12, 1, 4, 32, 0.0, 23.0, 3.0, 7.6, 14.0),
+            _run(staged, 12, 4, 4, 32, 0.0, 27.0, 1.1, 24.5, 14.0),
+        ]
+    ).to_csv(src / "runs.csv", index=False)
+    (src / "timing.json").write_text(
+        json.dumps(
+            {
+                "started": "S",
+                "install_s": 60,
+                "sweep_s": 540,
+                "report_s": 30,
+                "total_s": 630,
+                "cpu": "CPU",
+                "threads": 2,
+            }
+        )
+    )
     monkeypatch.setitem(rr.SOURCES, "main_command", "docs/main")
     text = rr.render_main_command(tmp_path)
     assert "it took 10.5 minutes" in text and "install 1.0 min, the 12 jobs 9.0 min, the report 0.5 min" in text

@@ -42,16 +42,28 @@ def _config(method: str, k: int, t: float, bs: int) -> tuple[dict, dict]:
     """Params and metrics of one fake job."""
     levels = method.split(">")[:-1]
     params = {
-        "method": method, "draft_k": k, "temperature": t, "batch_size": bs, "tree": "chain",
-        "n_levels": len(levels), "sampling.temperature": t, "max_new_tokens": 64,
+        "method": method,
+        "draft_k": k,
+        "temperature": t,
+        "batch_size": bs,
+        "tree": "chain",
+        "n_levels": len(levels),
+        "sampling.temperature": t,
+        "max_new_tokens": 64,
         "target.source": "hf:tiny-target",
     }
     for level in levels:
         params[f"levels.{level}.k"] = k if level == levels[-1] else 3
     ar = 30.0 * bs
     if not levels:  # plain AR job
-        metrics = {"speedup": 1.0, "tokens_per_s": ar, "ar_tokens_per_s": ar,
-                   "mean_accepted_tokens_per_call": 1.0, "provenance/target": 1.0, "wall_time_s": 2.0}
+        metrics = {
+            "speedup": 1.0,
+            "tokens_per_s": ar,
+            "ar_tokens_per_s": ar,
+            "mean_accepted_tokens_per_call": 1.0,
+            "provenance/target": 1.0,
+            "wall_time_s": 2.0,
+        }
         metrics |= {f"speedup/{c}": 1.0 for c in CATEGORIES}
         return params, metrics
 
@@ -59,7 +71,7 @@ def _config(method: str, k: int, t: float, bs: int) -> tuple[dict, dict]:
     tokens = float(expected_tokens_per_call(alpha, k)) * 0.97
     speedup = float(predicted_speedup(alpha, k, 0.12)) * (0.9 if bs == 1 else 0.6) + 0.001 * k
     metrics = {
-        "acceptance_rate": alpha * (1 - alpha ** k) / (k * (1 - alpha)),  # accepted / drafted, not alpha
+        "acceptance_rate": alpha * (1 - alpha**k) / (k * (1 - alpha)),  # accepted / drafted, not alpha
         "acceptance_rate/small": alpha,
         "alpha_hat": alpha,
         "mean_acceptance_length": tokens,
@@ -85,13 +97,20 @@ def _config(method: str, k: int, t: float, bs: int) -> tuple[dict, dict]:
         "provenance/small": (tokens - 1) / tokens * (0.4 if "ngram" in levels else 1.0),
         "provenance/target": 1 / tokens,
         # what a time of discarded work is derived from (figures.wasted_time)
-        "emitted": 64.0 * bs, "batch_rounds": 64.0 / tokens, "target_calls": 64.0 / tokens,
-        "target_call_s": 0.05 + 0.002 * bs, "round_draft_forward_s/small": 0.004 * k,
+        "emitted": 64.0 * bs,
+        "batch_rounds": 64.0 / tokens,
+        "target_calls": 64.0 / tokens,
+        "target_call_s": 0.05 + 0.002 * bs,
+        "round_draft_forward_s/small": 0.004 * k,
     }
     if "ngram" in levels:
-        metrics |= {"acceptance_rate/ngram": 0.55 - 0.05 * t - 0.02 * k,
-                    "wasted_draft_fraction/ngram": 0.3 + 0.01 * k, "cost_ratio/ngram": 0.001,
-                    "provenance/ngram": (tokens - 1) / tokens * 0.6, "round_draft_forward_s/ngram": 0.0001 * k}
+        metrics |= {
+            "acceptance_rate/ngram": 0.55 - 0.05 * t - 0.02 * k,
+            "wasted_draft_fraction/ngram": 0.3 + 0.01 * k,
+            "cost_ratio/ngram": 0.001,
+            "provenance/ngram": (tokens - 1) / tokens * 0.6,
+            "round_draft_forward_s/ngram": 0.0001 * k,
+        }
     for i in range(1, k + 1):
         metrics[f"position_acceptance/{i}"] = alpha * (1 - 0.03 * (i - 1))
     for cat, factor in CATEGORIES.items():
@@ -118,8 +137,12 @@ def _log_run(client, exp_id, start_ms, tags, params=None, metrics=None, name=Non
 
 def _child(client, exp_id, parent_id, start_ms, method, k, t, bs):
     params, metrics = _config(method, k, t, bs)
-    tags = {"stagedspec.role": "child", "mlflow.parentRunId": parent_id,
-            "stagedspec.method": method, "stagedspec.config_hash": f"{method}-{k}-{t}-{bs}"}
+    tags = {
+        "stagedspec.role": "child",
+        "mlflow.parentRunId": parent_id,
+        "stagedspec.method": method,
+        "stagedspec.config_hash": f"{method}-{k}-{t}-{bs}",
+    }
     rid = _log_run(client, exp_id, start_ms, tags, params, metrics, name=f"{method} k={k} T={t} bs={bs}")
     return rid, (method, k, t, bs), metrics
 
@@ -148,8 +171,17 @@ def sweep(tmp_path_factory):
 
     out = root / "report"
     plotted = build_report(uri, EXPERIMENT, out)
-    return {"uri": uri, "client": client, "parent": parent, "old_child": old_child,
-            "logged": logged, "keys": keys, "out": out, "plotted": plotted, "root": root}
+    return {
+        "uri": uri,
+        "client": client,
+        "parent": parent,
+        "old_child": old_child,
+        "logged": logged,
+        "keys": keys,
+        "out": out,
+        "plotted": plotted,
+        "root": root,
+    }
 
 
 # --------------------------------------------------------------------------- loading
@@ -191,8 +223,7 @@ def test_missing_database_is_an_error_not_a_new_file(tmp_path):
 def test_cli_arguments_and_defaults(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     args = parse_args(["experiment=e"])
-    assert args == {"experiment": "e", "tracking_uri": f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}",
-                    "out": "report"}
+    assert args == {"experiment": "e", "tracking_uri": f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}", "out": "report"}
     assert parse_args(["experiment=e", "parent=abc", "out=o"])["parent"] == "abc"
     with pytest.raises(SystemExit, match="usage"):
         parse_args(["experiment=e", "bogus=1"])
@@ -216,22 +247,40 @@ def test_every_figure_is_a_png_of_fixed_size(sweep):
 
 # Wide figures: plotted column -> logged metric name (given the row).
 WIDE = {
-    "tokens_per_call_vs_k": {"alpha_hat": lambda r: "alpha_hat",
-                             "mean_acceptance_length": lambda r: "mean_acceptance_length"},
-    "speedup_vs_predicted": {"predicted_speedup": lambda r: "predicted_speedup", "speedup": lambda r: "speedup",
-                             "speedup_ci_low": lambda r: "speedup_ci_low", "speedup_ci_high": lambda r: "speedup_ci_high"},
-    "speedup_vs_temperature": {"speedup": lambda r: "speedup", "speedup_ci_low": lambda r: "speedup_ci_low",
-                               "speedup_ci_high": lambda r: "speedup_ci_high"},
-    "speedup_vs_batch_size": {"speedup": lambda r: "speedup", "tokens_per_s": lambda r: "tokens_per_s",
-                              "ar_tokens_per_s": lambda r: "ar_tokens_per_s",
-                              "speedup_ci_low": lambda r: "speedup_ci_low",
-                              "tokens_per_s_ci_high": lambda r: "tokens_per_s_ci_high",
-                              "ar_tokens_per_s_ci_low": lambda r: "ar_tokens_per_s_ci_low"},
-    "wasted_time_vs_k": {"seconds": lambda r: r["seconds_metric"], "units": lambda r: r["units_metric"],
-                         "share": lambda r: r["share_metric"], "emitted": lambda r: "emitted"},
-    "category_speedup": {"value": lambda r: f"speedup/{r['category']}",
-                         "ci_low": lambda r: f"speedup_ci_low/{r['category']}",
-                         "ci_high": lambda r: f"speedup_ci_high/{r['category']}"},
+    "tokens_per_call_vs_k": {
+        "alpha_hat": lambda r: "alpha_hat",
+        "mean_acceptance_length": lambda r: "mean_acceptance_length",
+    },
+    "speedup_vs_predicted": {
+        "predicted_speedup": lambda r: "predicted_speedup",
+        "speedup": lambda r: "speedup",
+        "speedup_ci_low": lambda r: "speedup_ci_low",
+        "speedup_ci_high": lambda r: "speedup_ci_high",
+    },
+    "speedup_vs_temperature": {
+        "speedup": lambda r: "speedup",
+        "speedup_ci_low": lambda r: "speedup_ci_low",
+        "speedup_ci_high": lambda r: "speedup_ci_high",
+    },
+    "speedup_vs_batch_size": {
+        "speedup": lambda r: "speedup",
+        "tokens_per_s": lambda r: "tokens_per_s",
+        "ar_tokens_per_s": lambda r: "ar_tokens_per_s",
+        "speedup_ci_low": lambda r: "speedup_ci_low",
+        "tokens_per_s_ci_high": lambda r: "tokens_per_s_ci_high",
+        "ar_tokens_per_s_ci_low": lambda r: "ar_tokens_per_s_ci_low",
+    },
+    "wasted_time_vs_k": {
+        "seconds": lambda r: r["seconds_metric"],
+        "units": lambda r: r["units_metric"],
+        "share": lambda r: r["share_metric"],
+        "emitted": lambda r: "emitted",
+    },
+    "category_speedup": {
+        "value": lambda r: f"speedup/{r['category']}",
+        "ci_low": lambda r: f"speedup_ci_low/{r['category']}",
+        "ci_high": lambda r: f"speedup_ci_high/{r['category']}",
+    },
 }
 
 
@@ -261,8 +310,11 @@ def test_figures_cover_the_expected_runs(sweep):
     assert any(TWO in n and "Not on a k axis" in n for n in a.attrs["notes"])
     assert set(plotted["tokens_per_call_vs_k"]["run_id"]) == on_k
     assert set(plotted["speedup_vs_predicted"]["run_id"]) == spec_all
-    assert set(plotted["wasted_vs_k"]["metric"]) == {"wasted_draft_fraction/small", "wasted_draft_fraction/ngram",
-                                                     "wasted_target_fraction"}
+    assert set(plotted["wasted_vs_k"]["metric"]) == {
+        "wasted_draft_fraction/small",
+        "wasted_draft_fraction/ngram",
+        "wasted_target_fraction",
+    }
     e = plotted["wasted_time_vs_k"]
     assert set(e["wasted"]) == {"ngram", "small", "target"}
     np.testing.assert_allclose(e["wasted_ms_per_token"], 1000 * e["seconds"] * e["units"] * e["share"] / e["emitted"])
@@ -334,8 +386,9 @@ def test_report_md_mentions_every_figure_and_best_table(sweep):
         m = logged[rid]
         assert rid[:8] in best_rows[cat], cat
         # the winner's speedup with its interval, and whether the runner-up is inside it
-        assert (f"{m[f'speedup/{cat}']:.2f} [{m[f'speedup_ci_low/{cat}']:.2f}, "
-                f"{m[f'speedup_ci_high/{cat}']:.2f}]") in best_rows[cat], cat
+        assert (
+            f"{m[f'speedup/{cat}']:.2f} [{m[f'speedup_ci_low/{cat}']:.2f}, {m[f'speedup_ci_high/{cat}']:.2f}]"
+        ) in best_rows[cat], cat
         assert "yes: runner-up" in best_rows[cat]  # the bonus of 3 puts it clear
     overall = max(logged, key=lambda rid: logged[rid]["speedup"])
     assert overall[:8] in best_rows["all"]
@@ -369,14 +422,21 @@ def test_parent_run_carries_best_speedups_with_intervals(sweep):
 
 
 def test_best_per_category_flags_a_runner_up_inside_the_interval():
-    runs = pd.DataFrame({
-        "run_id": ["a" * 8, "b" * 8, "c" * 8], "params.method": ["small>target"] * 3, "params.draft_k": [1, 2, 4],
-        "params.temperature": [0.0] * 3, "params.batch_size": [1] * 3,
-        "metrics.speedup/qa": [1.30, 1.25, 1.00], "metrics.speedup_ci_low/qa": [1.20, 1.10, 0.9],
-        "metrics.speedup_ci_high/qa": [1.40, 1.40, 1.1],
-        "metrics.speedup/math": [1.30, 1.10, np.nan], "metrics.speedup_ci_low/math": [1.20, 1.00, np.nan],
-        "metrics.speedup_ci_high/math": [1.40, 1.20, np.nan],
-    })
+    runs = pd.DataFrame(
+        {
+            "run_id": ["a" * 8, "b" * 8, "c" * 8],
+            "params.method": ["small>target"] * 3,
+            "params.draft_k": [1, 2, 4],
+            "params.temperature": [0.0] * 3,
+            "params.batch_size": [1] * 3,
+            "metrics.speedup/qa": [1.30, 1.25, 1.00],
+            "metrics.speedup_ci_low/qa": [1.20, 1.10, 0.9],
+            "metrics.speedup_ci_high/qa": [1.40, 1.40, 1.1],
+            "metrics.speedup/math": [1.30, 1.10, np.nan],
+            "metrics.speedup_ci_low/math": [1.20, 1.00, np.nan],
+            "metrics.speedup_ci_high/math": [1.40, 1.20, np.nan],
+        }
+    )
     best = best_per_category(runs).set_index("category")
     assert best.loc["qa", "run_id"] == "a" * 8 and best.loc["qa", "tie"]  # 1.25 is inside [1.20, 1.40]
     assert best.loc["math", "runner_up"] == 1.10 and not best.loc["math", "tie"]
@@ -385,23 +445,32 @@ def test_best_per_category_flags_a_runner_up_inside_the_interval():
 def test_analysis_does_not_import_the_engine():
     """analysis/ reads the run schema (stagedspec.metrics: standard library only) and nothing
     else of the package: no torch, no transformers, no engine."""
-    code = ("import sys, analysis.report; "
-            "bad = {m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers') "
-            "or (m.startswith('stagedspec.') and not m.startswith('stagedspec.metrics'))}; "
-            "assert not bad, bad; assert 'stagedspec.metrics.run_schema' in sys.modules")
+    code = (
+        "import sys, analysis.report; "
+        "bad = {m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers') "
+        "or (m.startswith('stagedspec.') and not m.startswith('stagedspec.metrics'))}; "
+        "assert not bad, bad; assert 'stagedspec.metrics.run_schema' in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
 
 
 def test_exactness_table_reports_divergences_of_greedy_runs_only():
     from analysis.report import exactness_table
 
-    runs = pd.DataFrame({
-        "run_id": ["a" * 8, "b" * 8, "c" * 8], "params.method": ["small>target", "copy>target", "small>target"],
-        "params.draft_k": [4, 10, 4], "params.temperature": [0.0, 0.0, 0.7], "params.batch_size": [1] * 3,
-        "metrics.n_prompts": [3, 3, 3], "metrics.ar_match_rate": [2 / 3, 1.0, np.nan],
-        "metrics.ar_divergences": [1, 0, np.nan], "metrics.ar_first_divergence_min": [17, np.nan, np.nan],
-        "metrics.ar_divergence_gap_steps_max": [1.5, np.nan, np.nan],
-    })
+    runs = pd.DataFrame(
+        {
+            "run_id": ["a" * 8, "b" * 8, "c" * 8],
+            "params.method": ["small>target", "copy>target", "small>target"],
+            "params.draft_k": [4, 10, 4],
+            "params.temperature": [0.0, 0.0, 0.7],
+            "params.batch_size": [1] * 3,
+            "metrics.n_prompts": [3, 3, 3],
+            "metrics.ar_match_rate": [2 / 3, 1.0, np.nan],
+            "metrics.ar_divergences": [1, 0, np.nan],
+            "metrics.ar_first_divergence_min": [17, np.nan, np.nan],
+            "metrics.ar_divergence_gap_steps_max": [1.5, np.nan, np.nan],
+        }
+    )
     t = exactness_table(runs).set_index("method")
     assert list(t.index) == ["copy>target", "small>target"]  # the sampled run is left out
     assert t.loc["small>target", "identical to plain"] == "67% of 3"
@@ -421,14 +490,28 @@ def test_paper_table_takes_each_methods_headline_run_not_an_axis_point():
     from analysis.report import paper_table
 
     def run(method, batch, tokens, tps, speedup, temp=0.0):
-        return {"params.method": method, "params.draft_k": 12, "params.temperature": temp, "params.batch_size": batch,
-                "params.max_new_tokens": tokens, "metrics.tokens_per_s": tps, "metrics.speedup": speedup,
-                "metrics.speedup_ci_low": speedup - 0.5, "metrics.speedup_ci_high": speedup + 0.5,
-                "metrics.ar_tokens_per_s": 10.0}
+        return {
+            "params.method": method,
+            "params.draft_k": 12,
+            "params.temperature": temp,
+            "params.batch_size": batch,
+            "params.max_new_tokens": tokens,
+            "metrics.tokens_per_s": tps,
+            "metrics.speedup": speedup,
+            "metrics.speedup_ci_low": speedup - 0.5,
+            "metrics.speedup_ci_high": speedup + 0.5,
+            "metrics.ar_tokens_per_s": 10.0,
+        }
 
     staged = "ngram>small>copy>target"
-    runs = pd.DataFrame([run(staged, 1, 64, 33.6, 4.37), run("copy>target", 1, 64, 34.8, 4.57),
-                         run(staged, 1, 32, 21.0, 2.73), run(staged, 4, 32, 27.0, 1.12)])
+    runs = pd.DataFrame(
+        [
+            run(staged, 1, 64, 33.6, 4.37),
+            run("copy>target", 1, 64, 34.8, 4.57),
+            run(staged, 1, 32, 21.0, 2.73),
+            run(staged, 4, 32, 27.0, 1.12),
+        ]
+    )
     table = paper_table(runs)
     assert list(table["decoding"]) == ["greedy"]
     assert table.loc[0, staged] == "33.60 (4.37 [3.87, 4.87]×)"

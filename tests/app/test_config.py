@@ -109,12 +109,23 @@ def test_default_preset_is_the_staged_sweep_on_the_pair(hydra_ctx):
         plan = validate_cfg(cfg)
         assert cfg.max_new_tokens <= 64 and plan.data_name == "humaneval" and len(plan.questions) <= 4
         assert plan.target.embedded == "qwen2.5-coder-1.5b"
-        jobs[point[0].removeprefix("+point=")] = (plan.method, cfg.sampling.temperature, cfg.levels.small.k,
-                                                  cfg.batch_size, cfg.max_new_tokens, len(plan.questions))
+        jobs[point[0].removeprefix("+point=")] = (
+            plan.method,
+            cfg.sampling.temperature,
+            cfg.levels.small.k,
+            cfg.batch_size,
+            cfg.max_new_tokens,
+            len(plan.questions),
+        )
     staged, standard, lookup = "ngram>small>copy>target", "small>target", "copy>target"
     assert {name: job[:2] for name, job in jobs.items() if not name.startswith(("staged_k", "staged_batch"))} == {
-        "staged_greedy": (staged, 0.0), "standard_greedy": (standard, 0.0), "lookup_greedy": (lookup, 0.0),
-        "staged_t07": (staged, 0.7), "standard_t07": (standard, 0.7), "lookup_t07": (lookup, 0.7)}
+        "staged_greedy": (staged, 0.0),
+        "standard_greedy": (standard, 0.0),
+        "lookup_greedy": (lookup, 0.0),
+        "staged_t07": (staged, 0.7),
+        "standard_t07": (standard, 0.7),
+        "lookup_t07": (lookup, 0.7),
+    }
     # the axes: one setting varies along each, everything else equal
     assert [jobs[f"staged_k{k}"] for k in (4, 8, 12, 16)] == [(staged, 0.0, k, 1, 32, 3) for k in (4, 8, 12, 16)]
     assert [jobs[f"staged_batch{b}"] for b in (1, 4)] == [(staged, 0.0, 12, b, 32, 4) for b in (1, 4)]
@@ -134,8 +145,14 @@ def test_every_drafter_option_validates_as_top_or_only_level(hydra_ctx, question
         target = "target=tiny" if opt == "small_tiny" else "target=smollm2"  # same vocabulary
         if opt == "qwen_coder_0p5b":
             target = "target=qwen_coder_1p5b"
-        cfg = make("levels.ngram=null", "levels.copy=null", f"drafter@levels.small={opt}", "data=spec_bench",
-                   f"data.path={questions_file}", target)
+        cfg = make(
+            "levels.ngram=null",
+            "levels.copy=null",
+            f"drafter@levels.small={opt}",
+            "data=spec_bench",
+            f"data.path={questions_file}",
+            target,
+        )
         (lv,) = validate_cfg(cfg).levels
         assert lv.name == "small"
     for opt in ("katz", "prompt_lookup"):  # lowest-only levels under a model level
@@ -146,18 +163,27 @@ def test_every_drafter_option_validates_as_top_or_only_level(hydra_ctx, question
 def test_every_tree_option_validates(hydra_ctx, questions_file, no_model_loads):
     for opt in options("tree"):
         # ngram > target, small > target, and small under the bypass level (the tree goes to small)
-        for drop in (["levels.small=null", "levels.copy=null"], ["levels.ngram=null", "levels.copy=null"],
-                     ["levels.ngram=null"]):
+        for drop in (
+            ["levels.small=null", "levels.copy=null"],
+            ["levels.ngram=null", "levels.copy=null"],
+            ["levels.ngram=null"],
+        ):
             if opt == "auto" and drop == ["levels.ngram=null"]:
                 continue  # refused: test_bad_override_fails_before_loading
             plan = validate_cfg(make(f"tree={opt}", *drop, "data=spec_bench", f"data.path={questions_file}"))
             assert (plan.tree == "chain") == (opt == "chain")
 
 
-@pytest.mark.parametrize("launcher, cls", [
-    ("basic", "BasicLauncher"), ("joblib", "JoblibLauncher"), ("parallel", "JoblibLauncher"),
-    ("submitit_slurm", "SlurmLauncher"), ("slurm", "SlurmLauncher"),
-])
+@pytest.mark.parametrize(
+    "launcher, cls",
+    [
+        ("basic", "BasicLauncher"),
+        ("joblib", "JoblibLauncher"),
+        ("parallel", "JoblibLauncher"),
+        ("submitit_slurm", "SlurmLauncher"),
+        ("slurm", "SlurmLauncher"),
+    ],
+)
 def test_launchers_compose(hydra_ctx, launcher, cls):
     cfg = make(f"hydra/launcher={launcher}", hydra=True)
     assert cfg.hydra.launcher._target_.endswith(cls)
@@ -177,14 +203,23 @@ def test_levels_drop_add_and_order(hydra_ctx, questions_file):
     assert plan.method == "lookup>small>target"
     # stage decides over slot order; ties keep slot order
     assert [lv.name for lv in levels_from_cfg(make("levels.ngram.stage=5", "levels.small.stage=2", d))] == [
-        "small", "ngram"]
+        "small",
+        "ngram",
+    ]
     swapped = make("levels.ngram=null", "+drafter@levels.big=truncated", "levels.big.stage=0", d)
     assert [lv.name for lv in levels_from_cfg(swapped)] == ["big", "small"]
 
 
 def test_top_level_tree_goes_to_the_top_level(hydra_ctx, questions_file):
-    plan = validate_cfg(make("tree=specinfer_221", "levels.small=null", "levels.copy=null", "data=spec_bench",
-                             f"data.path={questions_file}"))
+    plan = validate_cfg(
+        make(
+            "tree=specinfer_221",
+            "levels.small=null",
+            "levels.copy=null",
+            "data=spec_bench",
+            f"data.path={questions_file}",
+        )
+    )
     assert plan.levels[-1].tree == {"widths": [2, 2, 1]}
     assert plan.tree.startswith("[[0],[1],")
     # under a bypass level (a router), the tree goes to the level it passes rounds down to
@@ -225,13 +260,18 @@ def test_sweep_id_ignores_order_and_bookkeeping():
 # ------------------------------------------------------------------ bad overrides fail early
 def bad_jsonl(tmp_path: Path) -> Path:
     p = tmp_path / "bad.jsonl"
-    p.write_text(json.dumps({"question_id": 1, "category": "qa", "turns": ["ok?"]}) + "\n" + '{"question_id": 2, "categ\n')
+    p.write_text(
+        json.dumps({"question_id": 1, "category": "qa", "turns": ["ok?"]}) + "\n" + '{"question_id": 2, "categ\n'
+    )
     return p
 
 
 BAD = [
     # (overrides, words the error must contain)
-    (["+levels.foo={_target_:stagedspec.drafters.hierarchy.Nope,k:2}"], ["levels.foo", "stagedspec.drafters.hierarchy.Nope", "NgramLevel"]),
+    (
+        ["+levels.foo={_target_:stagedspec.drafters.hierarchy.Nope,k:2}"],
+        ["levels.foo", "stagedspec.drafters.hierarchy.Nope", "NgramLevel"],
+    ),
     (["levels.small._target_=builtins.eval"], ["levels.small", "builtins.eval", "ModelLevel"]),
     (["+levels.foo={k:2}"], ["levels.foo", "no _target_", "katz"]),
     (["levels.small.k=0"], ["levels.small: draft length k", "got 0"]),
@@ -293,8 +333,15 @@ def test_unknown_drafter_option_fails_at_compose(hydra_ctx):
 def test_drafter_with_another_vocabulary_fails_before_models_load(hydra_ctx, questions_file, no_model_loads):
     """The vocabulary size is read from the configs' metadata, so a mismatched level is
     refused before any weights load, naming the level and both sizes."""
-    cfg = make("experiment=tiny", "data=spec_bench", f"data.path={questions_file}", "tracking=none", "levels.ngram=null",
-               "drafter@levels.small=small_tiny", "levels.small.model.tiny.vocab_size=64")
+    cfg = make(
+        "experiment=tiny",
+        "data=spec_bench",
+        f"data.path={questions_file}",
+        "tracking=none",
+        "levels.ngram=null",
+        "drafter@levels.small=small_tiny",
+        "levels.small.model.tiny.vocab_size=64",
+    )
     with pytest.raises(ConfigError, match=r"levels\.small: .*vocabulary of 64 tokens but the target has 128"):
         validate_cfg(cfg)
 
@@ -340,7 +387,9 @@ def test_spec_bench_needs_a_file(hydra_ctx, no_model_loads, questions_file, monk
 
 
 def test_prompt_set_filters(hydra_ctx, no_model_loads):
-    plan = validate_cfg(make("data=mt_bench", "data.categories=[coding,math]", "data.per_category=2", "data.max_turns=1"))
+    plan = validate_cfg(
+        make("data=mt_bench", "data.categories=[coding,math]", "data.per_category=2", "data.max_turns=1")
+    )
     assert [(q.category, len(q.turns)) for q in plan.questions] == [("math", 1)] * 2 + [("coding", 1)] * 2
     assert len(validate_cfg(make("data=mt_bench", "data.limit=5")).questions) == 5
 
@@ -434,8 +483,14 @@ def numeric_leaves(cfg: DictConfig) -> list[str]:
         elif isinstance(node, (int, float)) and not isinstance(node, bool):
             out.append(prefix)
 
-    walk({k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k]
-          for k in cfg if k not in ("hydra", "tracking")}, "")
+    walk(
+        {
+            k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k]
+            for k in cfg
+            if k not in ("hydra", "tracking")
+        },
+        "",
+    )
     return out
 
 
@@ -457,7 +512,8 @@ def test_context_length_is_checked_before_loading(hydra_ctx, no_model_loads):
     """max_new_tokens + the draft depth against the target's positions, from its metadata:
     the tiny model's 512 with depth 2; the default 1.5B's 32768 with the bypass level's 24."""
     assert "no room for a prompt in the target's context of 512 tokens" in one_line_error(
-        "experiment=tiny", "max_new_tokens=510")
+        "experiment=tiny", "max_new_tokens=510"
+    )
     assert validate_cfg(make("experiment=tiny", "max_new_tokens=509")).max_new_tokens == 509
     msg = one_line_error("max_new_tokens=32744")
     assert "draft depth 24" in msg and "32768" in msg and "at most 32743" in msg
@@ -483,8 +539,9 @@ def test_unwritable_cache_dir_is_refused_before_assembling(hydra_ctx, no_model_l
     hit.mkdir(parents=True)
     (hit / "config.json").write_text("{}")
     # the 0.5B draft has its own spec: pointed at the same read-only directory, it is refused by its name
-    assert "levels.small.model.cache_dir" in one_line_error(f"target.cache_dir={ok}",
-                                                            f"+levels.small.model.cache_dir={ok}")
+    assert "levels.small.model.cache_dir" in one_line_error(
+        f"target.cache_dir={ok}", f"+levels.small.model.cache_dir={ok}"
+    )
     assert validate_cfg(make(f"target.cache_dir={ok}", "levels.small=null")).target.cache_dir == str(ok)
 
 

@@ -26,9 +26,14 @@ def setup(embedded_model):
     ref = []
     for p in prompts:
         out = embedded_model.model.generate(
-            torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
-            max_new_tokens=N_NEW, do_sample=False, eos_token_id=None, pad_token_id=0)
-        ref.append(out[0, len(p):].tolist())
+            torch.tensor([p]),
+            attention_mask=torch.ones(1, len(p), dtype=torch.long),
+            max_new_tokens=N_NEW,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=0,
+        )
+        ref.append(out[0, len(p) :].tolist())
     small = truncated_copy(embedded_model, 4).model
     return embedded_model, prompts, ref, small
 

@@ -15,7 +15,13 @@ def _cfg(*overrides):
 
 
 def test_generate_one_prompt_equals_plain_decoding():
-    spec = _cfg("prompt=hello hello hello", "drafter@levels.ngram=katz", "drafter@levels.small=truncated", "levels.small.model.layers=1", "levels.ngram.k=3")
+    spec = _cfg(
+        "prompt=hello hello hello",
+        "drafter@levels.ngram=katz",
+        "drafter@levels.small=truncated",
+        "levels.small.model.layers=1",
+        "levels.ngram.k=3",
+    )
     plain = _cfg("prompt=hello hello hello", "levels.ngram=null", "levels.small=null")
     out, ref = generate_one(spec), generate_one(plain)
     assert out["method"] == "ngram>small>target" and ref["method"] == "target"
@@ -34,18 +40,30 @@ def test_generate_refuses_missing_or_empty_prompt():
 
 
 def test_generate_prints_the_plain_comparison_and_a_column_per_level():
-    out = generate_one(_cfg("prompt=hello hello hello", "drafter@levels.ngram=katz", "drafter@levels.small=truncated", "levels.small.model.layers=1", "levels.ngram.k=3"))
+    out = generate_one(
+        _cfg(
+            "prompt=hello hello hello",
+            "drafter@levels.ngram=katz",
+            "drafter@levels.small=truncated",
+            "levels.small.model.layers=1",
+            "levels.ngram.k=3",
+        )
+    )
     assert out["plain_result"].sequences[0].output_ids == out["result"].sequences[0].output_ids
     text = report(out)
     assert "--- plain decoding: 16 tokens in 16 target calls" in text and "speedup" in text
     assert "outputs identical (greedy: must be)" in text
     header = next(line for line in text.splitlines() if line.lstrip().startswith("call"))
     assert header.split() == ["call", "ngram", "d/a", "small", "d/a", "emitted", "ms"]
-    rows = [line.split() for line in text.splitlines()[text.splitlines().index(header) + 1:] if line[:4].strip().isdigit()]
+    rows = [
+        line.split() for line in text.splitlines()[text.splitlines().index(header) + 1 :] if line[:4].strip().isdigit()
+    ]
     assert len(rows) == len(out["result"].sequences[0].rounds)
     r = out["result"].sequences[0].rounds[0]
-    assert rows[0][1:3] == [f"{r.drafted.get('ngram', 0)}/{r.accepted.get('ngram', 0)}",
-                            f"{r.drafted.get('small', 0)}/{r.accepted.get('small', 0)}"]
+    assert rows[0][1:3] == [
+        f"{r.drafted.get('ngram', 0)}/{r.accepted.get('ngram', 0)}",
+        f"{r.drafted.get('small', 0)}/{r.accepted.get('small', 0)}",
+    ]
 
 
 def test_generate_refuses_unknown_keys_before_loading():
@@ -53,10 +71,13 @@ def test_generate_refuses_unknown_keys_before_loading():
         generate_one(_cfg("prompt=hi", "+level.ngram.k=2"))
 
 
-@pytest.mark.parametrize("entry, first_line", [
-    ("stagedspec.run", "python -m stagedspec.run [-m] [key=value ...]"),
-    ("stagedspec.generate", 'python -m stagedspec.generate prompt="..." [key=value ...]'),
-])
+@pytest.mark.parametrize(
+    "entry, first_line",
+    [
+        ("stagedspec.run", "python -m stagedspec.run [-m] [key=value ...]"),
+        ("stagedspec.generate", 'python -m stagedspec.generate prompt="..." [key=value ...]'),
+    ],
+)
 def test_help_pages_are_written_for_this_tool(entry, first_line):
     import subprocess
     import sys
@@ -73,8 +94,15 @@ def test_generate_command_line_error_is_one_line(tmp_path):
     import sys
 
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    p = subprocess.run([sys.executable, "-m", "stagedspec.generate", "prompt=hi", "+level.ngram.k=2",
-                        f"hydra.run.dir={tmp_path}"], capture_output=True, text=True, timeout=120, env=env)
+    p = subprocess.run(
+        [sys.executable, "-m", "stagedspec.generate", "prompt=hi", "+level.ngram.k=2", f"hydra.run.dir={tmp_path}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert p.returncode != 0
-    assert p.stderr.strip() == ("error: unknown config key 'level.ngram.k': 'level' is not a key at the top level; "
-                                "did you mean 'levels.ngram.k'?")
+    assert p.stderr.strip() == (
+        "error: unknown config key 'level.ngram.k': 'level' is not a key at the top level; "
+        "did you mean 'levels.ngram.k'?"
+    )

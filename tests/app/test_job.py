@@ -15,14 +15,21 @@ from stagedspec.engine.tree import StaticShape
 from stagedspec.evaluation.job import assemble_job
 from stagedspec.tuning import auto_tree, tree_calibration
 
-AUTO = ["tree=auto", "tree.shape.auto.max_nodes=4", "tree.shape.auto.widths=[2,1]", "tree.shape.auto.prompts=2",
-        "tree.shape.auto.tokens=6", "tree.shape.auto.repeats=1"]
+AUTO = [
+    "tree=auto",
+    "tree.shape.auto.max_nodes=4",
+    "tree.shape.auto.widths=[2,1]",
+    "tree.shape.auto.prompts=2",
+    "tree.shape.auto.tokens=6",
+    "tree.shape.auto.repeats=1",
+]
 
 
 def _plan(*overrides):
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="generate", overrides=["experiment=tiny", "max_new_tokens=8", "prompt=hello",
-                                                          *overrides])
+        cfg = compose(
+            config_name="generate", overrides=["experiment=tiny", "max_new_tokens=8", "prompt=hello", *overrides]
+        )
     return validate_cfg(cfg, with_data=False, extra_keys=EXTRA_KEYS)
 
 
@@ -39,8 +46,12 @@ def test_assembly_resolves_tree_auto_before_returning(tmp_path, monkeypatch):
     def no_call_back(*args, **kwargs):
         raise AssertionError("decoding called back into tuning")
 
-    for module, name in ((auto_tree, "resolve_auto_tree"), (auto_tree, "calibrate"), (auto_tree, "choose"),
-                         (tree_calibration, "calibrate")):
+    for module, name in (
+        (auto_tree, "resolve_auto_tree"),
+        (auto_tree, "calibrate"),
+        (auto_tree, "choose"),
+        (tree_calibration, "calibrate"),
+    ):
         monkeypatch.setattr(module, name, no_call_back)
     for dec in job.decoders:
         dec.generate([[1, 2, 3]], 4)

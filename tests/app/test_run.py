@@ -31,8 +31,16 @@ def questions(tmp_path) -> Path:
 
 def sweep(tmp_path: Path, questions: Path, *extra: str, env: dict | None = None, check: bool = True):
     cmd = [
-        sys.executable, "-m", "stagedspec.run", "-m", *SWEEP, f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
-        f"hydra.sweep.dir={tmp_path}/multirun", "data=spec_bench", f"data.path={questions}", *extra,
+        sys.executable,
+        "-m",
+        "stagedspec.run",
+        "-m",
+        *SWEEP,
+        f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+        f"hydra.sweep.dir={tmp_path}/multirun",
+        "data=spec_bench",
+        f"data.path={questions}",
+        *extra,
     ]
     full_env = {**os.environ, "TQDM_DISABLE": "1", "HYDRA_FULL_ERROR": "1", **(env or {})}
     for k in ("STAGEDSPEC_FAIL_AFTER_JOBS", "STAGEDSPEC_FAIL_MODE", "STAGEDSPEC_PARENT_RUN_ID"):
@@ -60,7 +68,8 @@ def test_sweep_logs_every_job_and_resumes(tmp_path, questions):
     assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parent.info.run_id}
     # short distinct names; the parent's names what the sweep varies
     assert sorted(r.info.run_name for r in children) == [
-        f"ngram>small>target k={k} T={t}" for k in (1, 2) for t in ("0", "0.7")]
+        f"ngram>small>target k={k} T={t}" for k in (1, 2) for t in ("0", "0.7")
+    ]
     assert parent.info.run_name == "tiny: levels.small.k x sampling, 4 jobs"
     assert Counter(r.data.params["draft_k"] for r in children) == {"1": 2, "2": 2}
     assert Counter(r.data.params["temperature"] for r in children) == {"0.0": 2, "0.7": 2}
@@ -72,8 +81,17 @@ def test_sweep_logs_every_job_and_resumes(tmp_path, questions):
         assert p["levels.small.model.layers"] == "1" and p["levels.ngram.k"] == "2" and p["data.name"] == "spec_bench"
         # each setting once, no class paths, no copies: draft_k is the top level's k, temperature sampling's
         assert not [k for k, v in p.items() if "_target_" in k or "stagedspec." in v or v == "None"]
-        assert not {"levels.small.k", "sampling.temperature", "sampling.seed", "target.device", "tracking.uri",
-                    "experiment_name", "resume", "levels.small.model.dtype", "levels.ngram.enabled"} & set(p)
+        assert not {
+            "levels.small.k",
+            "sampling.temperature",
+            "sampling.seed",
+            "target.device",
+            "tracking.uri",
+            "experiment_name",
+            "resume",
+            "levels.small.model.dtype",
+            "levels.ngram.enabled",
+        } & set(p)
         assert 0.0 <= m["acceptance_rate"] <= 1.0
         assert m["mean_accepted_tokens_per_call"] >= 1.0
         assert m["speedup"] > 0 and m["ar_tokens_per_s"] > 0 and m["tokens_per_s"] > 0
@@ -86,12 +104,19 @@ def test_sweep_logs_every_job_and_resumes(tmp_path, questions):
             assert m["ar_divergences"] == 0.0 and "ar_first_divergence_min" not in m
         assert len(t["stagedspec.config_hash"]) == 64 and t["stagedspec.target_model"].startswith("tiny")
         assert {"config.yaml", "outputs.jsonl", "metrics.json", "outputs_table.json"} <= {
-            a.path for a in client.list_artifacts(r.info.run_id)}
+            a.path for a in client.list_artifacts(r.info.run_id)
+        }
         assert [a.path for a in client.list_artifacts(r.info.run_id, "hydra")] == ["hydra/overrides.yaml"]
         # headline first; per-position acceptance one metric, step = position
         # (3 prompt turns per job: the speedup's interval is there)
-        assert list(m)[:6] == ["speedup", "speedup_ci_low", "speedup_ci_high", "mean_accepted_tokens_per_call",
-                               "acceptance_rate", "wasted_target_fraction"]
+        assert list(m)[:6] == [
+            "speedup",
+            "speedup_ci_low",
+            "speedup_ci_high",
+            "mean_accepted_tokens_per_call",
+            "acceptance_rate",
+            "wasted_target_fraction",
+        ]
         assert not [k for k in m if k.startswith("position_acceptance/")]
         steps = client.get_metric_history(r.info.run_id, "position_acceptance")
         assert sorted(x.step for x in steps) == list(range(1, int(p["draft_k"]) + 1))
@@ -102,7 +127,9 @@ def test_sweep_logs_every_job_and_resumes(tmp_path, questions):
         (ds,) = r.inputs.dataset_inputs
         assert ds.dataset.name == "spec_bench" and str(questions) in ds.dataset.source
         assert [tag.value for tag in ds.tags] == ["eval"]
-        table = json.loads(Path(client.download_artifacts(r.info.run_id, "outputs_table.json", str(tmp_path))).read_text())
+        table = json.loads(
+            Path(client.download_artifacts(r.info.run_id, "outputs_table.json", str(tmp_path))).read_text()
+        )
         assert table["columns"][:5] == ["question_id", "category", "turn", "question", "answer"]
         assert len(table["data"]) == 3 and {row[3] for row in table["data"]} >= {"Now make it rhyme."}
     # the parent carries the best job's headline and a table of all jobs
@@ -172,8 +199,11 @@ def test_parallel_jobs_on_a_fresh_database_lose_no_runs(tmp_path, questions):
 
 BAD_CLI = [
     # (arguments, what the one-line message must say)
-    (["+level.ngram.k=2"], "error: unknown config key 'level.ngram.k': 'level' is not a key at the top level; "
-                           "did you mean 'levels.ngram.k'?"),
+    (
+        ["+level.ngram.k=2"],
+        "error: unknown config key 'level.ngram.k': 'level' is not a key at the top level; "
+        "did you mean 'levels.ngram.k'?",
+    ),
     (["target=smollm2", "target.path=/nope"], "error: target.path='/nope' is ignored by source 'embedded'"),
     (["-m", "levels.small.k=2,0"], "error: job 1 of 2 (levels.small.k=0): levels.small:"),
     (["data=mt_bench", "data.path=/x.jsonl"], "error: data.path='/x.jsonl' is ignored by data=mt_bench"),
@@ -184,9 +214,16 @@ BAD_CLI = [
 def test_bad_command_line_is_one_message_and_touches_nothing(tmp_path, args, message):
     """Refused before the MLflow database, a parent run or a model exist; no traceback
     unless HYDRA_FULL_ERROR=1."""
-    cmd = [sys.executable, "-m", "stagedspec.run", *args, "experiment=tiny",
-           f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"hydra.sweep.dir={tmp_path}/multirun",
-           f"hydra.run.dir={tmp_path}/run"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "stagedspec.run",
+        *args,
+        "experiment=tiny",
+        f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+        f"hydra.sweep.dir={tmp_path}/multirun",
+        f"hydra.run.dir={tmp_path}/run",
+    ]
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
     p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode != 0
@@ -194,8 +231,9 @@ def test_bad_command_line_is_one_message_and_touches_nothing(tmp_path, args, mes
     assert not (tmp_path / "mlflow.db").exists()
     if args[0] != "+level.ngram.k=2":
         return
-    full = subprocess.run(cmd, cwd=tmp_path, env={**env, "HYDRA_FULL_ERROR": "1"}, capture_output=True, text=True,
-                          timeout=120)
+    full = subprocess.run(
+        cmd, cwd=tmp_path, env={**env, "HYDRA_FULL_ERROR": "1"}, capture_output=True, text=True, timeout=120
+    )
     assert full.returncode != 0 and "Traceback" in full.stderr and "ConfigError" in full.stderr
 
 
@@ -208,10 +246,19 @@ def test_in_process_job_resume_and_redo(tmp_path, questions):
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+
         def cfg(*extra):
-            return compose("config", overrides=["experiment=tiny", "data=spec_bench", f"data.path={questions}",
-                                                 f"tracking.uri={uri}",
-                                                 "max_new_tokens=4", *extra])
+            return compose(
+                "config",
+                overrides=[
+                    "experiment=tiny",
+                    "data=spec_bench",
+                    f"data.path={questions}",
+                    f"tracking.uri={uri}",
+                    "max_new_tokens=4",
+                    *extra,
+                ],
+            )
 
         first = run.execute(cfg(), out_dir=tmp_path / "a")
         assert first is not None and first["emitted"] == 3 * 4
@@ -222,8 +269,14 @@ def test_in_process_job_resume_and_redo(tmp_path, questions):
     assert (tmp_path / "c" / "outputs.jsonl").is_file() and not (tmp_path / "b" / "outputs.jsonl").exists()
 
 
-AUTO = ["tree=auto", "tree.shape.auto.max_nodes=4", "tree.shape.auto.widths=[2,1]", "tree.shape.auto.prompts=2",
-        "tree.shape.auto.tokens=6", "tree.shape.auto.repeats=1"]
+AUTO = [
+    "tree=auto",
+    "tree.shape.auto.max_nodes=4",
+    "tree.shape.auto.widths=[2,1]",
+    "tree.shape.auto.prompts=2",
+    "tree.shape.auto.tokens=6",
+    "tree.shape.auto.repeats=1",
+]
 
 
 def test_tree_auto_is_chosen_before_timing_and_logged(tmp_path, questions, monkeypatch):
@@ -247,8 +300,17 @@ def test_tree_auto_is_chosen_before_timing_and_logged(tmp_path, questions, monke
     monkeypatch.setattr(run, "decode_paired", spy)
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=["experiment=tiny", "data=spec_bench", f"data.path={questions}",
-                                            f"tracking.uri={uri}", "max_new_tokens=4", *AUTO])
+        cfg = compose(
+            "config",
+            overrides=[
+                "experiment=tiny",
+                "data=spec_bench",
+                f"data.path={questions}",
+                f"tracking.uri={uri}",
+                "max_new_tokens=4",
+                *AUTO,
+            ],
+        )
         assert not cfg.warmup
         metrics = run.execute(cfg, out_dir=tmp_path / "a")
     assert len(seen) == 1 and isinstance(seen[0], StaticShape)  # a chosen tree, not the request
@@ -274,8 +336,16 @@ def test_tree_auto_on_a_missing_questions_file_is_refused_before_loading(tmp_pat
     missing = tmp_path / "nope.jsonl"
     monkeypatch.setenv("STAGEDSPEC_DATA", str(missing))
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=["experiment=tiny", "data=spec_bench", f"data.path={questions}",
-                                            *AUTO, "tree.shape.auto.source=data"])
+        cfg = compose(
+            "config",
+            overrides=[
+                "experiment=tiny",
+                "data=spec_bench",
+                f"data.path={questions}",
+                *AUTO,
+                "tree.shape.auto.source=data",
+            ],
+        )
     with pytest.raises(ConfigError, match=f"{missing}.*source=training"):
         validate_cfg(cfg)
 
@@ -295,10 +365,22 @@ def test_predicted_speedup_comes_from_prompts_that_are_not_evaluated(tmp_path, q
     other.write_text(json.dumps({"question_id": 3, "category": "math", "turns": ["Add 2 and 2."]}) + "\n")
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+
         def job(path, *extra):
-            cfg = compose("config", overrides=["experiment=tiny", "data=spec_bench", f"data.path={path}",
-                                                f"tracking.uri={uri}", "max_new_tokens=10", "prediction.prompts=2",
-                                                "prediction.tokens=16", "prediction.source=training", *extra])
+            cfg = compose(
+                "config",
+                overrides=[
+                    "experiment=tiny",
+                    "data=spec_bench",
+                    f"data.path={path}",
+                    f"tracking.uri={uri}",
+                    "max_new_tokens=10",
+                    "prediction.prompts=2",
+                    "prediction.tokens=16",
+                    "prediction.source=training",
+                    *extra,
+                ],
+            )
             return run.execute(cfg, out_dir=tmp_path / path.stem)
 
         a, b = job(questions), job(other)
@@ -327,10 +409,16 @@ def test_heldout_prediction_calibrates_on_questions_of_the_set_that_are_not_eval
     from stagedspec.models.chat_text import encode
 
     qs = tmp_path / "q.jsonl"
-    rows = [(1, "coding", "Write fib."), (2, "coding", "Write gcd in C."), (4, "writing", "A poem."),
-            (3, "coding", "Sort a list."), (5, "writing", "A letter.")]
-    qs.write_text("".join(json.dumps({"question_id": i, "category": c, "turns": [t, "More."]}) + "\n"
-                          for i, c, t in rows))
+    rows = [
+        (1, "coding", "Write fib."),
+        (2, "coding", "Write gcd in C."),
+        (4, "writing", "A poem."),
+        (3, "coding", "Sort a list."),
+        (5, "writing", "A letter."),
+    ]
+    qs.write_text(
+        "".join(json.dumps({"question_id": i, "category": c, "turns": [t, "More."]}) + "\n" for i, c, t in rows)
+    )
     seen = []
     real = prediction.calibration_ids
 
@@ -342,21 +430,36 @@ def test_heldout_prediction_calibrates_on_questions_of_the_set_that_are_not_eval
     monkeypatch.setattr(run, "calibration_ids", spy)
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+
         def job(name, *extra):
-            cfg = compose("config", overrides=["experiment=tiny", "data=spec_bench", f"data.path={qs}",
-                                                f"tracking.uri={uri}", "max_new_tokens=8", "prediction.prompts=2",
-                                                "prediction.tokens=8", *extra])
+            cfg = compose(
+                "config",
+                overrides=[
+                    "experiment=tiny",
+                    "data=spec_bench",
+                    f"data.path={qs}",
+                    f"tracking.uri={uri}",
+                    "max_new_tokens=8",
+                    "prediction.prompts=2",
+                    "prediction.tokens=8",
+                    *extra,
+                ],
+            )
             return run.execute(cfg, out_dir=tmp_path / name)
 
         one = job("one", "data.limit=1")
         every = job("every", "data.limit=null")
     assert one["prediction_calib_tokens"] == 2 * 8 and "predicted_speedup" in every
     (target, ids, where), (_, _, where_every) = seen
-    assert where in (f"heldout: first turns of spec_bench dev questions {a}, {b} (not evaluated), 8 tokens, before timing"
-                     for a, b in ((2, 3), (3, 2))), where
+    assert where in (
+        f"heldout: first turns of spec_bench dev questions {a}, {b} (not evaluated), 8 tokens, before timing"
+        for a, b in ((2, 3), (3, 2))
+    ), where
     assert {tuple(p) for p in ids} == {tuple(encode(target, t, [])) for i, c, t in rows if i in (2, 3)}
-    assert where_every == ("training templates (heldout: every dev question of spec_bench is evaluated), "
-                           "2 prompts x 8 tokens, before timing")
+    assert where_every == (
+        "training templates (heldout: every dev question of spec_bench is evaluated), "
+        "2 prompts x 8 tokens, before timing"
+    )
     logged = {r.data.params.get("prediction.calibration") for r in runs(tmp_path)}
     assert logged == {where, where_every}
 
@@ -364,8 +467,16 @@ def test_heldout_prediction_calibrates_on_questions_of_the_set_that_are_not_eval
 def test_an_error_after_loading_is_one_line_and_a_traceback_file(tmp_path, questions):
     """Not a config error (the test hook raises mid-job): one line on stderr naming the file
     in the job's output directory that holds the full traceback."""
-    cmd = [sys.executable, "-m", "stagedspec.run", "experiment=tiny", "tracking=none", "data=spec_bench",
-           f"data.path={questions}", f"hydra.run.dir={tmp_path}/run"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "stagedspec.run",
+        "experiment=tiny",
+        "tracking=none",
+        "data=spec_bench",
+        f"data.path={questions}",
+        f"hydra.run.dir={tmp_path}/run",
+    ]
     env = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "STAGEDSPEC_FAIL_MODE")}
     env.update({"TQDM_DISABLE": "1", "STAGEDSPEC_FAIL_AFTER_JOBS": "0", "PYTHONPATH": str(REPO)})
     p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)

@@ -19,7 +19,16 @@ from stagedspec.app.validation import check_keys, unknown_key
 @pytest.fixture(scope="module")
 def cfg():
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        yield compose("config", overrides=["stack=smollm2", "data.per_category=1", "data.max_turns=1", "levels.small=null", "levels.ngram.k=2"])
+        yield compose(
+            "config",
+            overrides=[
+                "stack=smollm2",
+                "data.per_category=1",
+                "data.max_turns=1",
+                "levels.small=null",
+                "levels.ngram.k=2",
+            ],
+        )
 
 
 def test_job_params_hold_each_setting_once(cfg):
@@ -29,16 +38,33 @@ def test_job_params_hold_each_setting_once(cfg):
     assert p["levels.ngram.order"] == 3 and p["target.source"] == "embedded" and p["seed"] == 0
     assert not [k for k in p if k.endswith("_target_")]
     assert None not in p.values()
-    for repeat in ("levels.ngram.k", "sampling.temperature", "sampling.seed", "target.device", "tree.shape",
-                   "levels.ngram.stage", "levels.ngram.enabled", "experiment_name", "resume", "tracking.uri"):
+    for repeat in (
+        "levels.ngram.k",
+        "sampling.temperature",
+        "sampling.seed",
+        "target.device",
+        "tree.shape",
+        "levels.ngram.stage",
+        "levels.ngram.enabled",
+        "experiment_name",
+        "resume",
+        "tracking.uri",
+    ):
         assert repeat not in p, repeat
     assert len(p) <= 30  # 28 settings before data.split and target.weights were added
 
 
 def test_run_names():
     base = "ngram>small>target k=4 T=0"
-    task = ["levels.small.k=4", "sampling=greedy", "batch_size=2", "max_new_tokens=16", "tracking.uri=x",
-            "data.path=/q.jsonl", "experiment=tiny"]
+    task = [
+        "levels.small.k=4",
+        "sampling=greedy",
+        "batch_size=2",
+        "max_new_tokens=16",
+        "tracking.uri=x",
+        "data.path=/q.jsonl",
+        "experiment=tiny",
+    ]
     assert run_name(base, task, ["levels.small.k", "sampling"], "small") == base
     assert run_name(base, task, ["levels.small.k", "batch_size"], "small") == base + " bs=2"
     assert run_name(base, task, None, "small") == base + " bs=2 new=16"
@@ -50,8 +76,9 @@ def test_run_names():
 
 def test_unknown_key_messages():
     e = unknown_key("", "level", ["levels", "data"], {"ngram": {"k": 2}})
-    assert str(e) == ("unknown config key 'level.ngram.k': 'level' is not a key at the top level; "
-                      "did you mean 'levels.ngram.k'?")
+    assert str(e) == (
+        "unknown config key 'level.ngram.k': 'level' is not a key at the top level; did you mean 'levels.ngram.k'?"
+    )
     e = unknown_key("data", "xyz", ["limit", "path"], 3)
     assert str(e) == "unknown config key 'data.xyz': 'xyz' is not a key in 'data'; valid keys: ['limit', 'path']"
 
@@ -72,14 +99,27 @@ def tracker(tmp_path):
 
 def test_headline_first_and_position_acceptance_stepped(tracker, tmp_path):
     run_id = tracker.start_child(None, "h", "job", {"stagedspec.method": "ngram>target"})
-    metrics = {"rounds": 3.0, "position_acceptance/1": 0.9, "position_acceptance/2": 0.5, "tokens_per_s": 10.0,
-               "acceptance_rate": 0.7, "speedup_ci_high": 1.4, "speedup": 1.2, "speedup_ci_low": 1.0,
-               "nan_metric": float("nan")}
+    metrics = {
+        "rounds": 3.0,
+        "position_acceptance/1": 0.9,
+        "position_acceptance/2": 0.5,
+        "tokens_per_s": 10.0,
+        "acceptance_rate": 0.7,
+        "speedup_ci_high": 1.4,
+        "speedup": 1.2,
+        "speedup_ci_low": 1.0,
+        "nan_metric": float("nan"),
+    }
     tracker.log(run_id, params={"draft_k": 2}, metrics=metrics)
     tracker.end(run_id)
     run = tracker.client.get_run(run_id)
-    assert list(run.data.metrics)[:5] == ["speedup", "speedup_ci_low", "speedup_ci_high", "acceptance_rate",
-                                          "tokens_per_s"]
+    assert list(run.data.metrics)[:5] == [
+        "speedup",
+        "speedup_ci_low",
+        "speedup_ci_high",
+        "acceptance_rate",
+        "tokens_per_s",
+    ]
     assert "position_acceptance/1" not in run.data.metrics and "nan_metric" not in run.data.metrics
     hist = tracker.client.get_metric_history(run_id, "position_acceptance")
     assert sorted((m.step, m.value) for m in hist) == [(1, 0.9), (2, 0.5)]
@@ -103,7 +143,8 @@ def test_experiment_reads_as_a_results_table(tracker):
     assert json.loads(exp.tags["mlflow.sharedViewState.stagedspec-headline"]) == headline_view()
     assert "viewStateShareKey=stagedspec-headline" in exp.tags["mlflow.note.content"]
     assert [c for c in headline_view()["selectedColumns"] if c.startswith("metrics.")] == [
-        f"metrics.`{m}`" for m in HEADLINE]
+        f"metrics.`{m}`" for m in HEADLINE
+    ]
     # a description someone wrote is kept
     tracker.client.set_experiment_tag(tracker.experiment_id, "mlflow.note.content", "mine")
     again = Tracker(tracker.uri, "t")
@@ -137,8 +178,13 @@ def test_system_metrics_come_after_the_headline(tmp_path, monkeypatch):
 
 
 def test_the_job_note_states_the_earliest_divergence_and_widest_gap():
-    m = {"tokens_per_s": 10.0, "ar_match_rate": 2 / 3, "ar_divergences": 1.0, "ar_first_divergence_min": 18.0,
-         "ar_divergence_gap_steps_max": 1.0}
+    m = {
+        "tokens_per_s": 10.0,
+        "ar_match_rate": 2 / 3,
+        "ar_divergences": 1.0,
+        "ar_first_divergence_min": 18.0,
+        "ar_divergence_gap_steps_max": 1.0,
+    }
     note = child_note("job", m, "humaneval (3 questions)", 64)
     assert "identical to plain decoding on 67% of prompt turns" in note
     assert "at token 18 at the earliest" in note and "at most 1.0 steps of its dtype" in note

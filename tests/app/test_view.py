@@ -29,15 +29,51 @@ def _decode(ids: list[int]) -> str:
 
 
 ROUNDS = [  # (new ids, their origins, the round's stats, finished)
-    ([0, 1, 2], ["ngram", "small", "target"],
-     RoundStats(drafted={"ngram": 3, "small": 3}, accepted={"ngram": 2, "small": 2}, emitted=3, target_positions=4,
-                accepted_depth=2, rejected=True, draft_depth=3, tree_nodes=3), ""),
-    ([3, 4], ["small", "target"],
-     RoundStats(drafted={"ngram": 0, "small": 1}, accepted={"ngram": 0, "small": 1}, emitted=2, target_positions=2,
-                accepted_depth=1, rejected=False, draft_depth=1, tree_nodes=1), ""),
-    ([5, 6], ["ngram", "small"],  # cut by max_new_tokens before the target's own token
-     RoundStats(drafted={"ngram": 2, "small": 2}, accepted={"ngram": 2, "small": 2}, emitted=2, target_positions=3,
-                accepted_depth=2, rejected=False, draft_depth=2, tree_nodes=2), "length"),
+    (
+        [0, 1, 2],
+        ["ngram", "small", "target"],
+        RoundStats(
+            drafted={"ngram": 3, "small": 3},
+            accepted={"ngram": 2, "small": 2},
+            emitted=3,
+            target_positions=4,
+            accepted_depth=2,
+            rejected=True,
+            draft_depth=3,
+            tree_nodes=3,
+        ),
+        "",
+    ),
+    (
+        [3, 4],
+        ["small", "target"],
+        RoundStats(
+            drafted={"ngram": 0, "small": 1},
+            accepted={"ngram": 0, "small": 1},
+            emitted=2,
+            target_positions=2,
+            accepted_depth=1,
+            rejected=False,
+            draft_depth=1,
+            tree_nodes=1,
+        ),
+        "",
+    ),
+    (
+        [5, 6],
+        ["ngram", "small"],  # cut by max_new_tokens before the target's own token
+        RoundStats(
+            drafted={"ngram": 2, "small": 2},
+            accepted={"ngram": 2, "small": 2},
+            emitted=2,
+            target_positions=3,
+            accepted_depth=2,
+            rejected=False,
+            draft_depth=2,
+            tree_nodes=2,
+        ),
+        "length",
+    ),
 ]
 
 
@@ -64,7 +100,8 @@ def test_stream_colours_each_token_by_its_level(monkeypatch):
         "(the target's own: correction or bonus)\n"
         "\x1b[36mHel\x1b[0m\x1b[32mlo\x1b[0m\x1b[1;4m wor\x1b[0m"
         "\x1b[32mld\x1b[0m\x1b[1;4m!\x1b[0m"
-        "\x1b[36m\n\x1b[0m\x1b[32mok\x1b[0m\n")
+        "\x1b[36m\n\x1b[0m\x1b[32mok\x1b[0m\n"
+    )
 
 
 def test_stream_is_plain_with_no_color_or_off_a_terminal(monkeypatch):
@@ -99,8 +136,9 @@ def test_pieces_of_a_character_split_across_tokens_join_up():
     assert "".join(got) + pieces.rest() == text
     assert got[1:3] == ["", "é"]  # é is two bytes: nothing, then the character
     cut = TextPieces(decode)  # an answer that stops inside a character
-    assert "".join(cut.add(t) for t in ids[:3]) + cut.add(ids[3]) + "".join(cut.add(t) for t in ids[4:6]) + cut.rest() \
-        == decode(ids[:6])
+    assert "".join(cut.add(t) for t in ids[:3]) + cut.add(ids[3]) + "".join(
+        cut.add(t) for t in ids[4:6]
+    ) + cut.rest() == decode(ids[:6])
 
 
 def test_pieces_keep_a_real_tokenizers_text(embedded_model):
@@ -113,20 +151,28 @@ def test_pieces_keep_a_real_tokenizers_text(embedded_model):
 
 def _cfg(*overrides):
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name="generate", overrides=["experiment=tiny", "max_new_tokens=16", "warmup=true",
-                                                               *overrides])
+        return compose(
+            config_name="generate", overrides=["experiment=tiny", "max_new_tokens=16", "warmup=true", *overrides]
+        )
 
 
-STAGED = ["drafter@levels.ngram=katz", "drafter@levels.small=truncated", "levels.small.model.layers=1",
-          "levels.ngram.k=3"]
+STAGED = [
+    "drafter@levels.ngram=katz",
+    "drafter@levels.small=truncated",
+    "levels.small.model.layers=1",
+    "levels.ngram.k=3",
+]
 
 
-@pytest.mark.parametrize("overrides", [
-    STAGED,                                                        # staged chain, T = 0
-    [*STAGED, "sampling=t07"],                                     # staged chain, T > 0
-    ["levels.ngram=null", "tree=specinfer_221", "sampling=t07"],   # a tree, T > 0
-    ["levels.ngram=null", "levels.small=null"],                    # plain decoding
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        STAGED,  # staged chain, T = 0
+        [*STAGED, "sampling=t07"],  # staged chain, T > 0
+        ["levels.ngram=null", "tree=specinfer_221", "sampling=t07"],  # a tree, T > 0
+        ["levels.ngram=null", "levels.small=null"],  # plain decoding
+    ],
+)
 def test_streamed_answer_is_the_answer(overrides):
     plain, coloured = io.StringIO(), io.StringIO()
     out = generate_one(_cfg("prompt=hello hello hello", *overrides), StreamView(out=plain, color=False))
@@ -138,8 +184,9 @@ def test_streamed_answer_is_the_answer(overrides):
     # the tiny model's tokens are one ASCII character each: characters per colour = tokens per level
     level_of = {style: lv for style, lv in re.findall(r"\x1b\[([0-9;]+)m(\w+)\x1b\[0m", legend)}
     assert set(level_of.values()) == {*out["levels"], "target"}
-    chars = [level_of[style] for style, text in re.findall(r"\x1b\[([0-9;]+)m(.*?)\x1b\[0m", body, flags=re.S)
-             for _ in text]
+    chars = [
+        level_of[style] for style, text in re.findall(r"\x1b\[([0-9;]+)m(.*?)\x1b\[0m", body, flags=re.S) for _ in text
+    ]
     assert chars == out["result"].sequences[0].provenance
 
 
@@ -193,8 +240,15 @@ def _parse(page: str) -> _Page:
 def test_page_of_hand_built_rounds():
     ids = [i for new, _, _, _ in ROUNDS for i in new]
     prov = [o for _, origins, _, _ in ROUNDS for o in origins]
-    record = {"question_id": 1, "category": "c", "turn": 1, "output_ids": ids, "provenance": prov,
-              "rounds": [s.__dict__ for _, _, s, _ in ROUNDS], "finished_reason": "length"}
+    record = {
+        "question_id": 1,
+        "category": "c",
+        "turn": 1,
+        "output_ids": ids,
+        "provenance": prov,
+        "rounds": [s.__dict__ for _, _, s, _ in ROUNDS],
+        "finished_reason": "length",
+    }
     page = _parse(job_page("ngram>small>target", LEVELS, [record], _decode, {1: ["Say <hello>"]}))
     assert [t["text"] for t in page.tokens] == ["Hel", "lo", " wor", "ld", "!", "\n", "ok"]
     assert [t["data-level"] for t in page.tokens] == prov
@@ -210,8 +264,10 @@ def test_page_of_hand_built_rounds():
 @pytest.fixture
 def questions(tmp_path) -> Path:
     p = tmp_path / "q.jsonl"
-    rows = [{"question_id": 7, "category": "writing", "turns": ["Write a haiku about the sea.", "Now rhyme."]},
-            {"question_id": 9, "category": "qa", "turns": ["What is the capital of France?"]}]
+    rows = [
+        {"question_id": 7, "category": "writing", "turns": ["Write a haiku about the sea.", "Now rhyme."]},
+        {"question_id": 9, "category": "qa", "turns": ["What is the capital of France?"]},
+    ]
     p.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return p
 
@@ -228,8 +284,16 @@ def test_job_logs_a_page_whose_colours_count_its_provenance(tmp_path, questions,
     parent = Tracker(uri, "tiny").parent_run("sweep-1", "a sweep", {})
     monkeypatch.setenv(PARENT_ENV, parent)
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=["experiment=tiny", "data=spec_bench", f"data.path={questions}",
-                                            f"tracking.uri={uri}", "sampling=t07"])
+        cfg = compose(
+            "config",
+            overrides=[
+                "experiment=tiny",
+                "data=spec_bench",
+                f"data.path={questions}",
+                f"tracking.uri={uri}",
+                "sampling=t07",
+            ],
+        )
         run.execute(cfg, out_dir=tmp_path / "job")
     client = MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name("tiny")

@@ -21,9 +21,17 @@ ENTRY_SHIMS = {ROOT / "stagedspec" / f"{name}.py" for name in ("run", "generate"
 entry point, ``stagedspec.app.<name>_entry``."""
 
 ADAPTER_ONLY = ("hydra", "omegaconf", "mlflow")
-ENGINE = tuple(f"stagedspec.{m}" for m in (
-    "engine", "drafters", "models", "tuning", "training", "evaluation",
-)) + ("torch", "transformers")
+ENGINE = tuple(
+    f"stagedspec.{m}"
+    for m in (
+        "engine",
+        "drafters",
+        "models",
+        "tuning",
+        "training",
+        "evaluation",
+    )
+) + ("torch", "transformers")
 ANALYSIS_MAY_IMPORT = ("stagedspec.metrics.run_schema", "stagedspec.metrics.round_stats")
 """The library modules analysis/ may read (the run schema and the metric definitions), while
 they stay standard-library only (``test_shared_modules_stay_standard_library_only``)."""
@@ -72,8 +80,15 @@ def test_analysis_does_not_import_the_engine():
     check(analysis_files(), bad)
 
 
-@pytest.mark.parametrize("path", ["stagedspec/metrics/round_stats.py", "stagedspec/metrics/run_schema.py",
-                                  "stagedspec/metrics/__init__.py", "stagedspec/__init__.py"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "stagedspec/metrics/round_stats.py",
+        "stagedspec/metrics/run_schema.py",
+        "stagedspec/metrics/__init__.py",
+        "stagedspec/__init__.py",
+    ],
+)
 def test_shared_modules_stay_standard_library_only(path):
     """round_stats.py may be read by analysis/, run_schema.py is read by the tracker and the
     report (through the two ``__init__.py`` above them): none may pull in torch, pandas or

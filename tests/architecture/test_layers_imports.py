@@ -122,8 +122,11 @@ def test_no_room_imports_a_higher_room(path):
 
 @pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_function_level_imports_only_of_optional_heavy_libraries(path):
-    bad = [f"{path.relative_to(ROOT)}:{line} imports {m} inside a function"
-           for line, m in function_level_imports(path) if m.split(".")[0] not in LAZY_ALLOWED]
+    bad = [
+        f"{path.relative_to(ROOT)}:{line} imports {m} inside a function"
+        for line, m in function_level_imports(path)
+        if m.split(".")[0] not in LAZY_ALLOWED
+    ]
     assert not bad
 
 
@@ -181,20 +184,25 @@ def rule_breaks(path: Path, source: str | None = None) -> list[str]:
         if parts[0] == "tests":
             if any(p.startswith("test_") for p in parts):
                 bad.append(f"{shown} imports the test file {m}: share what it needs through tests/oracles.py")
-            elif not (m == "tests" or (len(parts) == 2 and parts[1] in {*ROOMS, *TEST_FOLDERS}) or under_any(m, SHARED)):
+            elif not (
+                m == "tests" or (len(parts) == 2 and parts[1] in {*ROOMS, *TEST_FOLDERS}) or under_any(m, SHARED)
+            ):
                 bad.append(f"{shown} imports {m}: tests share only {', '.join(SHARED)}")
         elif parts[0] == "stagedspec":
             name = private(m)
             if name is not None and name not in PRIVATE_PENDING:
-                bad.append(f"{shown} imports the private name {m}: test through the public API, or list it "
-                           "for a public name")
+                bad.append(
+                    f"{shown} imports the private name {m}: test through the public API, or list it for a public name"
+                )
             try:
                 there = room_of(m)
             except AssertionError:  # ``from stagedspec.x import name``: the name is no module
                 there = None
             if is_test and limit is not None and there is not None and ROOMS.index(there) > ROOMS.index(limit):
-                bad.append(f"{shown} (tests/{folder}/, room {limit}) imports {m} ({there}): move the file to "
-                           f"tests/{there}/ or test through {limit}")
+                bad.append(
+                    f"{shown} (tests/{folder}/, room {limit}) imports {m} ({there}): move the file to "
+                    f"tests/{there}/ or test through {limit}"
+                )
         if len(bad) > before:
             flagged.append(m)
     return bad
@@ -213,14 +221,33 @@ def test_private_names_pending_a_public_one_are_still_imported():
 def test_the_tests_rule_can_fail():
     """The check finds each kind of break in a made-up file, once, and nothing in a fine one."""
     cases = [
-        ("engine/test_fine.py", "from stagedspec.engine.tree import chain\nfrom tests.oracles import hf_greedy\n"
-                                "from tests.helpers import tiny_target\nfrom stagedspec.metrics import cost_model\n", None),
-        ("engine/test_x.py", "from .test_greedy_exact import N_NEW\n", "imports the test file tests.engine.test_greedy_exact:"),
-        ("engine/test_x.py", "from tests.drafters import test_trees\n", "imports the test file tests.drafters.test_trees:"),
-        ("engine/test_x.py", "def f():\n    from stagedspec.drafters import ModelDrafter\n",
-         "imports stagedspec.drafters (drafters): move the file to tests/drafters/"),
+        (
+            "engine/test_fine.py",
+            "from stagedspec.engine.tree import chain\nfrom tests.oracles import hf_greedy\n"
+            "from tests.helpers import tiny_target\nfrom stagedspec.metrics import cost_model\n",
+            None,
+        ),
+        (
+            "engine/test_x.py",
+            "from .test_greedy_exact import N_NEW\n",
+            "imports the test file tests.engine.test_greedy_exact:",
+        ),
+        (
+            "engine/test_x.py",
+            "from tests.drafters import test_trees\n",
+            "imports the test file tests.drafters.test_trees:",
+        ),
+        (
+            "engine/test_x.py",
+            "def f():\n    from stagedspec.drafters import ModelDrafter\n",
+            "imports stagedspec.drafters (drafters): move the file to tests/drafters/",
+        ),
         ("engine/test_x.py", "from stagedspec.engine.kernels import _packed_gqa_attention\n", "the private name"),
-        ("analysis/test_x.py", "from stagedspec.engine import kernels\n", "room metrics) imports stagedspec.engine (engine)"),
+        (
+            "analysis/test_x.py",
+            "from stagedspec.engine import kernels\n",
+            "room metrics) imports stagedspec.engine (engine)",
+        ),
         ("test_x.py", "import torch\n", "a test file outside the rooms' folders"),
         ("nowhere/test_x.py", "import torch\n", "tests/nowhere/ is no room"),
         ("oracles.py", "from tests.engine.test_logits import x\n", "imports the test file tests.engine.test_logits:"),

@@ -41,7 +41,7 @@ read before, so it runs on a fresh clone with the same prompts."""
 
 def bf16_ulp(x: float) -> float:
     """Spacing of bfloat16 numbers at |x| (8 significant bits)."""
-    return 2.0 ** (math.floor(math.log2(abs(x))) - 7) if x else 2.0 ** -133
+    return 2.0 ** (math.floor(math.log2(abs(x))) - 7) if x else 2.0**-133
 
 
 @pytest.fixture(scope="module")
@@ -51,10 +51,17 @@ def bf16_setup():
     prompts = [encode_prompt(target.tokenizer, questions[i].turns[:1])[-64:] for i in QUESTION_IDS]
     ref, gaps = [], []
     for p in prompts:
-        out = target.model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
-                                    max_new_tokens=N_NEW, do_sample=False, eos_token_id=None, pad_token_id=0,
-                                    output_scores=True, return_dict_in_generate=True)
-        ref.append(out.sequences[0, len(p):].tolist())
+        out = target.model.generate(
+            torch.tensor([p]),
+            attention_mask=torch.ones(1, len(p), dtype=torch.long),
+            max_new_tokens=N_NEW,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=0,
+            output_scores=True,
+            return_dict_in_generate=True,
+        )
+        ref.append(out.sequences[0, len(p) :].tolist())
         tops = [s[0].float().topk(2).values for s in out.scores]
         gaps.append([(float(t[0] - t[1]), bf16_ulp(float(t[0]))) for t in tops])
     return target, prompts, ref, gaps
@@ -65,9 +72,15 @@ def test_bf16_output_leaves_hf_only_at_a_near_tie(bf16_setup, kind, batch):
     target, prompts, ref, gaps = bf16_setup
     outs = []
     for i in range(0, len(prompts), batch):
-        drafter = None if kind == "ar" else KatzNgramDrafter(target.vocab_size, tree=TreeShape.parse({"widths": [2, 2, 1]}))
-        outs += [s.output_ids for s in SpeculativeDecoder(target.model, drafter, SamplingConfig())
-                 .generate(prompts[i : i + batch], N_NEW).sequences]
+        drafter = (
+            None if kind == "ar" else KatzNgramDrafter(target.vocab_size, tree=TreeShape.parse({"widths": [2, 2, 1]}))
+        )
+        outs += [
+            s.output_ids
+            for s in SpeculativeDecoder(target.model, drafter, SamplingConfig())
+            .generate(prompts[i : i + batch], N_NEW)
+            .sequences
+        ]
     for out, want, gap in zip(outs, ref, gaps):
         first = next((j for j, (a, b) in enumerate(zip(out, want)) if a != b), None)
         if first is None:

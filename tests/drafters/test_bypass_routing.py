@@ -91,8 +91,10 @@ def test_the_priced_router_sends_the_round_with_more_tokens_per_cost_by_hand():
 
 
 def test_the_priced_router_copies_after_a_one_token_match_the_rule_would_pass_down():
-    rule, priced = BypassDrafter(BelowOne(), k=3, min_match=2), BypassDrafter(BelowOne(), k=3, min_match=2,
-                                                                               prices=PRICES)
+    rule, priced = (
+        BypassDrafter(BelowOne(), k=3, min_match=2),
+        BypassDrafter(BelowOne(), k=3, min_match=2, prices=PRICES),
+    )
     for d in (rule, priced):
         d.reset(1)
     ctx = [[5, 6, 5]]  # "5" seen before, followed by "6 5": (1 + 1) / (1 + 0.1 * 3) = 1.54 > 1.11

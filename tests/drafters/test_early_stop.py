@@ -14,8 +14,16 @@ from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.engine.tree import TreeShape
 from stagedspec.models.model_loading import truncated_copy
 from tests.helpers import tiny_target
-from tests.oracles import (N_NEW, chi2, chi2_critical, draw_positions_3_4, exact_positions_3_4, hf_reference,
-                           peaked, tiny_prompts)
+from tests.oracles import (
+    N_NEW,
+    chi2,
+    chi2_critical,
+    draw_positions_3_4,
+    exact_positions_3_4,
+    hf_reference,
+    peaked,
+    tiny_prompts,
+)
 
 K = 6
 
@@ -49,8 +57,9 @@ def test_greedy_stop_below_equals_hf_and_stops_where_the_rule_says(staged):
     target, small = tiny_target(), _small()
     prompts = tiny_prompts(3)
     tau = _median_pick_probability(small, prompts)
-    drafter = ModelDrafter(small, k=K, stop_below=tau,
-                           lower=KatzNgramDrafter(target.vocab_size, k=2) if staged else None)
+    drafter = ModelDrafter(
+        small, k=K, stop_below=tau, lower=KatzNgramDrafter(target.vocab_size, k=2) if staged else None
+    )
     res = SpeculativeDecoder(target.model, drafter, SamplingConfig()).generate(prompts, N_NEW)
     assert [s.output_ids for s in res.sequences] == [list(r) for r in hf_reference(3)]
     depths = []
@@ -69,13 +78,21 @@ def test_stop_below_zero_drafts_the_full_chain():
     assert all(r.draft_depth == K for s in res.sequences for r in s.rounds[:-1])
 
 
-@pytest.mark.parametrize("factory,cfg", [
-    (lambda: ModelDrafter(peaked()[2], k=3, stop_below=0.6), SamplingConfig(temperature=1.0, seed=31)),
-    (lambda: ModelDrafter(peaked()[2], k=3, stop_below=0.6, lower=KatzNgramDrafter(8, k=2, order=2)),
-     SamplingConfig(temperature=1.0, seed=32)),
-    (lambda: ModelDrafter(peaked()[2], stop_below=0.6, tree=TreeShape.parse({"widths": [2, 2, 1]})),
-     SamplingConfig(temperature=0.7, seed=33)),
-], ids=["small", "ngram>small", "small-tree-t0.7"])
+@pytest.mark.parametrize(
+    "factory,cfg",
+    [
+        (lambda: ModelDrafter(peaked()[2], k=3, stop_below=0.6), SamplingConfig(temperature=1.0, seed=31)),
+        (
+            lambda: ModelDrafter(peaked()[2], k=3, stop_below=0.6, lower=KatzNgramDrafter(8, k=2, order=2)),
+            SamplingConfig(temperature=1.0, seed=32),
+        ),
+        (
+            lambda: ModelDrafter(peaked()[2], stop_below=0.6, tree=TreeShape.parse({"widths": [2, 2, 1]})),
+            SamplingConfig(temperature=0.7, seed=33),
+        ),
+    ],
+    ids=["small", "ngram>small", "small-tree-t0.7"],
+)
 def test_stop_below_samples_the_target_at_positions_3_and_4(factory, cfg):
     """Chi-square (N = 6000, alpha = 1e-4) of the joint of the 3rd and 4th tokens, drafts
     of up to 3 tokens (a tree: up to 10 nodes) cut by the threshold (checked to cut some and
@@ -113,8 +130,9 @@ def test_alternatives_are_the_runners_up_beside_the_unsure_pick_only():
         calls.append(nodes)
         return [NodeDist(raw=unsure) for _ in nodes]
 
-    (tree,) = grow_trees(None, 3, [NodeDist(raw=sure)], expand, SamplingConfig(), None, "small",
-                         stop_below=0.5, stop_alternatives=2)
+    (tree,) = grow_trees(
+        None, 3, [NodeDist(raw=sure)], expand, SamplingConfig(), None, "small", stop_below=0.5, stop_alternatives=2
+    )
     assert tree.tokens == [1, 3, 0, 2]
     assert tree.parents == [-1, 0, 0, 0]
     assert tree.rank == [0, 0, 1, 2]
@@ -141,8 +159,13 @@ def test_greedy_stop_alternatives_equals_hf_and_adds_two_leaves_where_it_stops(s
     target, small = tiny_target(), _small()
     prompts = tiny_prompts(3)
     tau = _median_pick_probability(small, prompts)
-    drafter = ModelDrafter(small, k=K, stop_below=tau, stop_alternatives=2,
-                           lower=KatzNgramDrafter(target.vocab_size, k=2) if staged else None)
+    drafter = ModelDrafter(
+        small,
+        k=K,
+        stop_below=tau,
+        stop_alternatives=2,
+        lower=KatzNgramDrafter(target.vocab_size, k=2) if staged else None,
+    )
     res = SpeculativeDecoder(target.model, drafter, SamplingConfig()).generate(prompts, N_NEW)
     assert [s.output_ids for s in res.sequences] == [list(r) for r in hf_reference(3)]
     stopped = 0
@@ -156,19 +179,29 @@ def test_greedy_stop_alternatives_equals_hf_and_adds_two_leaves_where_it_stops(s
     assert stopped > 0
 
 
-@pytest.mark.parametrize("factory,cfg", [
-    (lambda: ModelDrafter(peaked()[2], k=3, stop_below=0.6, stop_alternatives=2),
-     SamplingConfig(temperature=1.0, seed=41)),
-    (lambda: ModelDrafter(peaked()[2], k=3, stop_below=0.6, stop_alternatives=2,
-                          lower=KatzNgramDrafter(8, k=2, order=2)),
-     SamplingConfig(temperature=0.7, top_p=0.9, seed=42)),
-], ids=["small-t1", "ngram>small-t0.7-topp"])
+@pytest.mark.parametrize(
+    "factory,cfg",
+    [
+        (
+            lambda: ModelDrafter(peaked()[2], k=3, stop_below=0.6, stop_alternatives=2),
+            SamplingConfig(temperature=1.0, seed=41),
+        ),
+        (
+            lambda: ModelDrafter(
+                peaked()[2], k=3, stop_below=0.6, stop_alternatives=2, lower=KatzNgramDrafter(8, k=2, order=2)
+            ),
+            SamplingConfig(temperature=0.7, top_p=0.9, seed=42),
+        ),
+    ],
+    ids=["small-t1", "ngram>small-t0.7-topp"],
+)
 def test_stop_alternatives_sample_the_target_at_positions_3_and_4(factory, cfg):
     """Chi-square (N = 6000, alpha = 1e-4) of the joint of the 3rd and 4th tokens with
     drafts of up to 3 tokens plus 2 leaves beside an unsure pick (checked to occur)."""
     target = peaked()[0]
-    probe = SpeculativeDecoder(target.model, factory(), SamplingConfig(temperature=cfg.temperature, top_p=cfg.top_p,
-                                                                       seed=cfg.seed))
+    probe = SpeculativeDecoder(
+        target.model, factory(), SamplingConfig(temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed)
+    )
     rounds = [r for s in probe.generate([[1, 5, 2, 5, 2]] * 200, 4).sequences for r in s.rounds]
     assert any(r.tree_nodes == r.draft_depth + 2 for r in rounds)
     assert any(r.tree_nodes == r.draft_depth for r in rounds)
@@ -176,10 +209,16 @@ def test_stop_alternatives_sample_the_target_at_positions_3_and_4(factory, cfg):
     assert stat < chi2_critical(df), f"chi2={stat:.1f} df={df} crit={chi2_critical(df):.1f}"
 
 
-@pytest.mark.parametrize("bad,stop,match", [
-    (-1, 0.5, "stop_alternatives must be an integer in 0..8"), (9, 0.5, "in 0..8.*9"),
-    (1.5, 0.5, "in 0..8.*1.5"), (True, 0.5, "in 0..8.*True"), ("2", 0.0, "in 0..8.*'2'"),
-])
+@pytest.mark.parametrize(
+    "bad,stop,match",
+    [
+        (-1, 0.5, "stop_alternatives must be an integer in 0..8"),
+        (9, 0.5, "in 0..8.*9"),
+        (1.5, 0.5, "in 0..8.*1.5"),
+        (True, 0.5, "in 0..8.*True"),
+        ("2", 0.0, "in 0..8.*'2'"),
+    ],
+)
 def test_bad_stop_alternatives_is_refused_naming_the_value(bad, stop, match):
     from stagedspec.drafters.hierarchy import ModelLevel
     from stagedspec.models.model_loading import ModelSpec

@@ -16,8 +16,17 @@ from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.models.model_loading import truncated_copy
 from tests.helpers import tiny_target
-from tests.oracles import (N_NEW, PROMPT, chi2, chi2_critical, draw_positions_3_4, exact_positions_3_4,
-                           hf_reference, peaked, tiny_prompts)
+from tests.oracles import (
+    N_NEW,
+    PROMPT,
+    chi2,
+    chi2_critical,
+    draw_positions_3_4,
+    exact_positions_3_4,
+    hf_reference,
+    peaked,
+    tiny_prompts,
+)
 
 
 def _greedy_walk(vocab: int, ctx: list[int], k: int, order: int = 3) -> tuple[list[int], list[float]]:
@@ -78,21 +87,31 @@ def test_greedy_gated_ngram_under_a_small_model_equals_hf():
     assert 0 in lower.sizes and max(lower.sizes) > 0, lower.sizes  # the gate both held and let drafts through
 
 
-@pytest.mark.parametrize("factory,cfg", [
-    (lambda: ModelDrafter(peaked()[2], k=3, lower=_Spy(8, k=2, order=2, min_top=0.35)),
-     SamplingConfig(temperature=1.0, seed=51)),
-    (lambda: ModelDrafter(peaked()[2], k=3, stop_below=0.6, stop_alternatives=2,
-                          lower=_Spy(8, k=2, order=2, min_top=0.35)),
-     SamplingConfig(temperature=0.7, top_p=0.9, seed=52)),
-], ids=["ngram-gated>small-t1", "ngram-gated>small-stop-alts-t0.7-topp"])
+@pytest.mark.parametrize(
+    "factory,cfg",
+    [
+        (
+            lambda: ModelDrafter(peaked()[2], k=3, lower=_Spy(8, k=2, order=2, min_top=0.35)),
+            SamplingConfig(temperature=1.0, seed=51),
+        ),
+        (
+            lambda: ModelDrafter(
+                peaked()[2], k=3, stop_below=0.6, stop_alternatives=2, lower=_Spy(8, k=2, order=2, min_top=0.35)
+            ),
+            SamplingConfig(temperature=0.7, top_p=0.9, seed=52),
+        ),
+    ],
+    ids=["ngram-gated>small-t1", "ngram-gated>small-stop-alts-t0.7-topp"],
+)
 def test_gated_ngram_samples_the_target_at_positions_3_and_4(factory, cfg):
     """Chi-square (N = 6000, alpha = 1e-4) of the joint of the 3rd and 4th tokens with an
     n-gram level under the draft that drafts in some inner rounds and not in others
     (checked)."""
     target = peaked()[0]
     d = factory()
-    SpeculativeDecoder(target.model, d, SamplingConfig(temperature=cfg.temperature, top_p=cfg.top_p,
-                                                        seed=cfg.seed)).generate([PROMPT] * 200, 4)
+    SpeculativeDecoder(
+        target.model, d, SamplingConfig(temperature=cfg.temperature, top_p=cfg.top_p, seed=cfg.seed)
+    ).generate([PROMPT] * 200, 4)
     sizes = d.lower.sizes
     assert sizes.count(0) > len(sizes) // 20 and sum(s > 0 for s in sizes) > len(sizes) // 20, sizes
     stat, df = chi2(draw_positions_3_4(factory, cfg, 6000, batch=200), exact_positions_3_4(cfg))

@@ -126,12 +126,12 @@ def test_incremental_equals_bulk():
     i = 0
     while i < len(stream):
         step = rng.randint(0, 5)
-        inc.update(stream[i:i + step])
+        inc.update(stream[i : i + step])
         # Interleave queries so lazily cached state is exercised mid-stream.
-        inc.distribution(stream[max(0, i - 3):i])
+        inc.distribution(stream[max(0, i - 3) : i])
         i += step
     for j in range(0, len(stream), 17):
-        ctx = stream[max(0, j - 3):j]
+        ctx = stream[max(0, j - 3) : j]
         assert torch.equal(bulk.distribution(ctx), inc.distribution(ctx))
     assert bulk._count_of_counts == inc._count_of_counts  # count-of-counts agree too
 

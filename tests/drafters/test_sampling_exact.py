@@ -65,8 +65,11 @@ _dynamic.batch = 25  # a dynamic tree grows row by row here: every row's expansi
 
 
 def _staged_tree():
-    return ModelDrafter(chi2_models()[1], tree=TreeShape.parse({"widths": [2, 2, 1]}),
-                        lower=ModelDrafter(lower_model(), k=2, name="inner"))
+    return ModelDrafter(
+        chi2_models()[1],
+        tree=TreeShape.parse({"widths": [2, 2, 1]}),
+        lower=ModelDrafter(lower_model(), k=2, name="inner"),
+    )
 
 
 def _bypass():
@@ -129,11 +132,15 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("factory,cfg", [
-    *CASES.values(),
-    (_staged_tree, T1),
-    (_staged_tree, T07),
-], ids=[*CASES, "staged-tree", "staged-tree-t0.7-topk-topp"])
+@pytest.mark.parametrize(
+    "factory,cfg",
+    [
+        *CASES.values(),
+        (_staged_tree, T1),
+        (_staged_tree, T07),
+    ],
+    ids=[*CASES, "staged-tree", "staged-tree-t0.7-topk-topp"],
+)
 def test_emitted_distribution_matches_target(factory, cfg):
     """Staged trees included: a staged level that refused a tree (ValueError) fails here,
     it is not skipped."""
@@ -142,15 +149,21 @@ def test_emitted_distribution_matches_target(factory, cfg):
 
 
 _PATHS = available_paths(torch.float32, torch.device("cpu"))
-FAST = KernelPlan(name="fast", linear=tuple(_PATHS[i % len(_PATHS)] for i in range(8)), gqa_packing=True,
-                  slot_cache=True, lean_layers=True)
+FAST = KernelPlan(
+    name="fast",
+    linear=tuple(_PATHS[i % len(_PATHS)] for i in range(8)),
+    gqa_packing=True,
+    slot_cache=True,
+    lean_layers=True,
+)
 """A fast plan with every GEMM path available here somewhere in 1..8 rows (so the
 baseline's one-row forwards and verification's several-row forwards take different
 kernels), GQA packing, the slot cache and the lean layers."""
 
 
-@pytest.mark.parametrize("factory,cfg", [(_model_chain, T1), (_model_tree_221, T07)],
-                         ids=["small-chain", "tree221-t0.7-topk-topp"])
+@pytest.mark.parametrize(
+    "factory,cfg", [(_model_chain, T1), (_model_tree_221, T07)], ids=["small-chain", "tree221-t0.7-topk-topp"]
+)
 def test_emitted_distribution_matches_target_under_the_fast_plan(factory, cfg):
     """The same test, same N and critical values, with every forward through a fast
     kernel plan: exact up to kernel rounding (``kernels.py``), which chi-square at this N
@@ -194,17 +207,28 @@ def mutate(monkeypatch, modules, owner, name: str, sites: list[tuple[str, str]])
 def _siblings_against_original_p(monkeypatch):
     """Each sibling tested against the node's p instead of the residual left by the
     siblings rejected before it; the final sample still takes that residual."""
-    mutate(monkeypatch, [decoding, model_drafter], verification, "verify_tree",
-           [("if u < accept_probability(p_cur, q, x):", "if u < accept_probability(p[node + 1], q, x):")])
+    mutate(
+        monkeypatch,
+        [decoding, model_drafter],
+        verification,
+        "verify_tree",
+        [("if u < accept_probability(p_cur, q, x):", "if u < accept_probability(p[node + 1], q, x):")],
+    )
 
 
 def _staged_bonus_q_at_root(monkeypatch):
     """A staged level reports q = p[0] (its distribution at the inner root) for the bonus
     token of an inner round, instead of its distribution at the last accepted node."""
-    mutate(monkeypatch, [], model_drafter.ModelDrafter, "_take_inner_round", [
-        ("dists = [p[0]] + [p[i + 1] for i in path]", "dists = ([p[0]] + [p[i + 1] for i in path])[:-1] + [p[0]]"),
-        ("rows = [0] + [i + 1 for i in path]", "rows = ([0] + [i + 1 for i in path])[:-1] + [0]"),
-    ])
+    mutate(
+        monkeypatch,
+        [],
+        model_drafter.ModelDrafter,
+        "_take_inner_round",
+        [
+            ("dists = [p[0]] + [p[i + 1] for i in path]", "dists = ([p[0]] + [p[i + 1] for i in path])[:-1] + [p[0]]"),
+            ("rows = [0] + [i + 1 for i in path]", "rows = ([0] + [i + 1 for i in path])[:-1] + [0]"),
+        ],
+    )
 
 
 def _fast_plan_causal_leak(monkeypatch):
@@ -215,46 +239,72 @@ def _fast_plan_causal_leak(monkeypatch):
     target, draft = chi2_models()
     kernels.install(target.model)
     kernels.install(draft)
-    mutate(monkeypatch, [], kernels, "_packed_gqa_attention",
-           [("device=query.device).triu(1)", "device=query.device).triu(2)")])
+    mutate(
+        monkeypatch,
+        [],
+        kernels,
+        "_packed_gqa_attention",
+        [("device=query.device).triu(1)", "device=query.device).triu(2)")],
+    )
 
 
 def _alternatives_carry_q(monkeypatch):
     """The runners-up offered beside an unsure pick carry the draft's q, as if they were
     drawn from it, instead of being point masses (deterministic given the pick)."""
-    mutate(monkeypatch, [model_drafter, ngram_drafters], tree_growth, "grow_trees", [
-        ("trees[b].add(alt[r - 1], node, None, origin, r)", "trees[b].add(alt[r - 1], node, dist.q, origin, r)"),
-    ])
+    mutate(
+        monkeypatch,
+        [model_drafter, ngram_drafters],
+        tree_growth,
+        "grow_trees",
+        [
+            ("trees[b].add(alt[r - 1], node, None, origin, r)", "trees[b].add(alt[r - 1], node, dist.q, origin, r)"),
+        ],
+    )
 
 
 def _gate_reads_the_drawn_pick(monkeypatch):
     """The n-gram's gate draws its pick first and drafts only when the drawn token is
     likely (q >= min_top): what it offers is then no longer a draw from the q it reports."""
-    mutate(monkeypatch, [], ngram_drafters.KatzNgramDrafter, "_next_token_dist", [(
-        "    if self.min_top <= 0.0 or float(p.max()) >= self.min_top:\n"
-        "        dist = NodeDist.from_scores(torch.log(p.clamp_min(1e-30)), self.sampling)\n",
-        "    dist = NodeDist.from_scores(torch.log(p.clamp_min(1e-30)), self.sampling)\n"
-        "    x = int(torch.multinomial(dist.q, 1, generator=self.generator).item())\n"
-        "    dist = NodeDist(dist.raw, dist.q, pick=x) if float(dist.q[x]) >= self.min_top else None\n",
-    )])
+    mutate(
+        monkeypatch,
+        [],
+        ngram_drafters.KatzNgramDrafter,
+        "_next_token_dist",
+        [
+            (
+                "    if self.min_top <= 0.0 or float(p.max()) >= self.min_top:\n"
+                "        dist = NodeDist.from_scores(torch.log(p.clamp_min(1e-30)), self.sampling)\n",
+                "    dist = NodeDist.from_scores(torch.log(p.clamp_min(1e-30)), self.sampling)\n"
+                "    x = int(torch.multinomial(dist.q, 1, generator=self.generator).item())\n"
+                "    dist = NodeDist(dist.raw, dist.q, pick=x) if float(dist.q[x]) >= self.min_top else None\n",
+            )
+        ],
+    )
 
 
 def _target_quantized(monkeypatch):
     """The target's forwards, not the draft's, through 4-bit copies of its weights (the
     decoder's refusal of such a plan removed): the output follows the 4-bit target, not
     the target."""
-    mutate(monkeypatch, [], decoding.SpeculativeDecoder, "__init__", [(
-        "self.kv = KVModel(target, name=TARGET, plan=plan)",
-        "self.kv = KVModel(target, name=TARGET, plan=plan.for_draft(1 << 30))",
-    )])
+    mutate(
+        monkeypatch,
+        [],
+        decoding.SpeculativeDecoder,
+        "__init__",
+        [
+            (
+                "self.kv = KVModel(target, name=TARGET, plan=plan)",
+                "self.kv = KVModel(target, name=TARGET, plan=plan.for_draft(1 << 30))",
+            )
+        ],
+    )
 
 
 @pytest.mark.parametrize(
     "name,patch,factory,plan",
     [
         # measured chi2 (tokens 1-2 / 3-4): 18240 / 3968
-        ("min(1,q/p)", lambda mp: mp.setattr(verification, "accept_probability", _broken_ratio), _model_chain,
-         HF_PLAN),
+        ("min(1,q/p)", lambda mp: mp.setattr(verification, "accept_probability", _broken_ratio), _model_chain, HF_PLAN),
         # 589 / 576: a chain rejects once per round, so this removes just that residual
         ("no residual", lambda mp: mp.setattr(verification, "residual_after", _no_residual), _model_chain, HF_PLAN),
         # 435 / 607
@@ -276,7 +326,8 @@ def test_mutant_is_caught(monkeypatch, name, patch, factory, plan):
     patch(monkeypatch)
     stats = statistics(factory, T1, plan=plan)
     assert any(stat > crit for _, stat, _, crit in stats), f"{name}: " + ", ".join(
-        f"{pair} chi2={stat:.1f} (crit {crit:.1f})" for pair, stat, _, crit in stats)
+        f"{pair} chi2={stat:.1f} (crit {crit:.1f})" for pair, stat, _, crit in stats
+    )
 
 
 def test_greedy_is_a_point_mass_of_the_same_rule():

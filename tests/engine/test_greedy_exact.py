@@ -12,8 +12,18 @@ from stagedspec.engine.tree import TreeShape, chain
 from tests.helpers import hierarchy, tiny_target
 from tests.oracles import N_NEW, hf_greedy, hf_reference, tiny_prompts
 
-KINDS = ["ngram", "lookup", "small", "other", "ngram>small", "lookup>small", "ngram>other>small", "copy>ngram>small",
-         "copy>small", "copy1-miss>ngram>small"]
+KINDS = [
+    "ngram",
+    "lookup",
+    "small",
+    "other",
+    "ngram>small",
+    "lookup>small",
+    "ngram>other>small",
+    "copy>ngram>small",
+    "copy>small",
+    "copy1-miss>ngram>small",
+]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -60,8 +70,16 @@ def test_tree_greedy_equals_hf(kind, tree):
 
 
 @pytest.mark.parametrize("batch", [1, 2, 5, 8])
-@pytest.mark.parametrize("kind,tree", [("ar", None), ("ngram>small", None), ("copy>ngram>small", None), ("small", {"widths": [2, 2, 1]}),
-                                       ("ngram", None)])
+@pytest.mark.parametrize(
+    "kind,tree",
+    [
+        ("ar", None),
+        ("ngram>small", None),
+        ("copy>ngram>small", None),
+        ("small", {"widths": [2, 2, 1]}),
+        ("ngram", None),
+    ],
+)
 def test_batch_rows_equal_decoding_alone(batch, kind, tree):
     """Rows of different prompt lengths accept different numbers of tokens each round."""
     target = tiny_target()
@@ -91,8 +109,14 @@ def test_eos_and_length_stop_per_row():
     assert len(res.sequences[1].output_ids) <= 6
 
 
-@pytest.mark.parametrize("shape", [chain(5), TreeShape.parse({"widths": [2, 2, 1]}),
-                                   TreeShape.parse([[0], [1], [2], [0, 0], [1, 0], [0, 0, 0], [0, 0, 1]])])
+@pytest.mark.parametrize(
+    "shape",
+    [
+        chain(5),
+        TreeShape.parse({"widths": [2, 2, 1]}),
+        TreeShape.parse([[0], [1], [2], [0, 0], [1, 0], [0, 0, 0], [0, 0, 1]]),
+    ],
+)
 def test_tree_logits_equal_each_path_run_as_a_sequence(shape):
     """Every node's logits from one tree forward equal its path's logits as a plain sequence."""
     target = tiny_target()

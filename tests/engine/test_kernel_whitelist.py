@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
-from transformers import (AutoModelForCausalLM, GraniteConfig, LlamaConfig, Qwen2Config, SmolLM3Config)
+from transformers import AutoModelForCausalLM, GraniteConfig, LlamaConfig, Qwen2Config, SmolLM3Config
 
 from stagedspec.engine import kernels
 from stagedspec.engine.decoding import SpeculativeDecoder
@@ -16,8 +16,16 @@ from stagedspec.engine.kernels import KernelPlan
 from stagedspec.engine.sampling import SamplingConfig
 from tests.oracles import hf_greedy
 
-SMALL = dict(vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-             intermediate_size=128, max_position_embeddings=256, tie_word_embeddings=False)
+SMALL = dict(
+    vocab_size=128,
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=128,
+    max_position_embeddings=256,
+    tie_word_embeddings=False,
+)
 LEAN = KernelPlan(name="lean", lean_layers=True)
 FAST = KernelPlan(name="fast", linear=("linear", "wxt") * 4, gqa_packing=True, slot_cache=True, lean_layers=True)
 IDS = torch.tensor([[3, 9, 27, 81, 115, 2, 6, 18, 54, 35]])
@@ -56,7 +64,9 @@ def _granite():
 
 
 def _smollm3():
-    return _build(SmolLM3Config(**SMALL, no_rope_layer_interval=2, pad_token_id=0, bos_token_id=1, eos_token_id=2))  # layer 1 has no RoPE
+    return _build(
+        SmolLM3Config(**SMALL, no_rope_layer_interval=2, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    )  # layer 1 has no RoPE
 
 
 def _llama_non_gated_mlp():
@@ -70,8 +80,11 @@ def _llama_with_granite_extras():
     return _build(LlamaConfig(**SMALL, residual_multiplier=0.5))
 
 
-@pytest.mark.parametrize("make", [_granite, _smollm3, _llama_non_gated_mlp, _llama_with_granite_extras],
-                         ids=["granite", "smollm3-no-rope", "llama-non-gated-mlp", "llama-config-extras"])
+@pytest.mark.parametrize(
+    "make",
+    [_granite, _smollm3, _llama_non_gated_mlp, _llama_with_granite_extras],
+    ids=["granite", "smollm3-no-rope", "llama-non-gated-mlp", "llama-config-extras"],
+)
 def test_layers_that_only_look_like_llama_stay_on_hf(make):
     """Before the whitelist each of these got the lean forward: Granite lost its residual
     multiplier (logits off by 0.3 of 0.5), SmolLM3 got RoPE on its no-RoPE layer, the
@@ -85,11 +98,15 @@ def test_layers_that_only_look_like_llama_stay_on_hf(make):
             assert torch.equal(model(IDS).logits, ref)
 
 
-@pytest.mark.parametrize("make", [
-    lambda: _build(Qwen2Config(**SMALL), random_biases=True),
-    lambda: _build(LlamaConfig(**SMALL, attention_bias=True, mlp_bias=True), random_biases=True),
-    lambda: _build(LlamaConfig(**SMALL)),
-], ids=["qwen2-qkv-biases", "llama-all-biases", "llama"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: _build(Qwen2Config(**SMALL), random_biases=True),
+        lambda: _build(LlamaConfig(**SMALL, attention_bias=True, mlp_bias=True), random_biases=True),
+        lambda: _build(LlamaConfig(**SMALL)),
+    ],
+    ids=["qwen2-qkv-biases", "llama-all-biases", "llama"],
+)
 def test_whitelisted_layers_are_lean_and_match_hf_logits(make):
     model = make()
     with torch.no_grad():

@@ -8,16 +8,34 @@ from __future__ import annotations
 import pytest
 import torch
 from transformers import (
-    CohereConfig, CohereForCausalLM, Gemma2Config, Gemma2ForCausalLM, GraniteConfig, GraniteForCausalLM,
-    LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+    CohereConfig,
+    CohereForCausalLM,
+    Gemma2Config,
+    Gemma2ForCausalLM,
+    GraniteConfig,
+    GraniteForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
 )
 
 from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.kv_cache import KVModel
 from stagedspec.engine.sampling import SamplingConfig, probabilities
 
-SMALL = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-             intermediate_size=64, max_position_embeddings=64, initializer_range=0.3)
+SMALL = dict(
+    vocab_size=64,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    intermediate_size=64,
+    max_position_embeddings=64,
+    initializer_range=0.3,
+)
 PROMPT = [3, 17, 5, 40, 9, 22]
 
 
@@ -30,8 +48,10 @@ FAMILIES = {
     "cohere": lambda: _build(CohereForCausalLM, CohereConfig(**SMALL, logit_scale=0.5)),
     "granite": lambda: _build(GraniteForCausalLM, GraniteConfig(**SMALL, logits_scaling=4.0)),
     # a window as long as the context never trims; a cap of 1 bends these logits visibly
-    "gemma2": lambda: _build(Gemma2ForCausalLM, Gemma2Config(**SMALL, head_dim=16, query_pre_attn_scalar=16,
-                                                              sliding_window=64, final_logit_softcapping=1.0)),
+    "gemma2": lambda: _build(
+        Gemma2ForCausalLM,
+        Gemma2Config(**SMALL, head_dim=16, query_pre_attn_scalar=16, sliding_window=64, final_logit_softcapping=1.0),
+    ),
 }
 
 
@@ -56,7 +76,7 @@ def test_greedy_through_a_capped_family_equals_hf():
     dec = SpeculativeDecoder(model, None, SamplingConfig())
     out = dec.generate([PROMPT], 12).sequences[0].output_ids
     ref = model.generate(torch.tensor([PROMPT]), max_new_tokens=12, do_sample=False, pad_token_id=0)
-    assert out == ref[0, len(PROMPT):].tolist()
+    assert out == ref[0, len(PROMPT) :].tolist()
 
 
 class _Doubled(LlamaForCausalLM):
@@ -75,12 +95,19 @@ def test_unknown_logit_processing_is_refused_by_family():
     KVModel(_build(LlamaForCausalLM, LlamaConfig(**SMALL)))  # the plain family passes
 
 
-@pytest.mark.parametrize("make,why", [
-    (lambda: _build(MistralForCausalLM, MistralConfig(**SMALL, sliding_window=16)),
-     r"'mistral': layer 0 has a sliding window of 16 tokens \(context 64\)"),
-    (lambda: _build(Gemma2ForCausalLM, Gemma2Config(**SMALL, head_dim=16, sliding_window=16)),
-     r"'gemma2': layer 0 has a sliding window of 16 tokens"),
-])
+@pytest.mark.parametrize(
+    "make,why",
+    [
+        (
+            lambda: _build(MistralForCausalLM, MistralConfig(**SMALL, sliding_window=16)),
+            r"'mistral': layer 0 has a sliding window of 16 tokens \(context 64\)",
+        ),
+        (
+            lambda: _build(Gemma2ForCausalLM, Gemma2Config(**SMALL, head_dim=16, sliding_window=16)),
+            r"'gemma2': layer 0 has a sliding window of 16 tokens",
+        ),
+    ],
+)
 def test_sliding_window_caches_are_refused(make, why):
     with pytest.raises(ValueError, match=why):
         KVModel(make())

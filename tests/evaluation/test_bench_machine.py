@@ -8,8 +8,14 @@ import math
 
 import pytest
 
-from stagedspec.evaluation.bench_machine import (copy_bandwidth, floor_pairs, read_bandwidth, step_bytes,
-                                                 summarize_pairs, weight_bytes)
+from stagedspec.evaluation.bench_machine import (
+    copy_bandwidth,
+    floor_pairs,
+    read_bandwidth,
+    step_bytes,
+    summarize_pairs,
+    weight_bytes,
+)
 from stagedspec.models.model_loading import ModelSpec, load_model
 
 # TINY_DEFAULTS: vocab 128, hidden 64, 2 layers, 4 heads of 16, 2 KV heads, MLP 128, float32.
@@ -37,8 +43,17 @@ def test_summarize_pairs_by_hand():
     # step 0.1 s on 1e9 bytes beside read 20, 40, 10 GB/s and copy 10, 10, 5 GB/s
     pairs = []
     for rb, cb in ((20e9, 10e9), (40e9, 10e9), (10e9, 5e9)):
-        pairs.append({"step_s": 0.1, "read_bw": rb, "copy_bw": cb, "read_floor_s": 1e9 / rb,
-                      "copy_floor_s": 1e9 / cb, "vs_read_floor": 0.1 * rb / 1e9, "vs_copy_floor": 0.1 * cb / 1e9})
+        pairs.append(
+            {
+                "step_s": 0.1,
+                "read_bw": rb,
+                "copy_bw": cb,
+                "read_floor_s": 1e9 / rb,
+                "copy_floor_s": 1e9 / cb,
+                "vs_read_floor": 0.1 * rb / 1e9,
+                "vs_copy_floor": 0.1 * cb / 1e9,
+            }
+        )
     s = summarize_pairs(pairs)
     assert s["pairs"] == 3
     assert s["read_bw"] == 20e9 and s["read_bw_range"] == (10e9, 40e9)

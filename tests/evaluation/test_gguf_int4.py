@@ -20,8 +20,15 @@ from stagedspec.models.model_loading import ModelSpec, load_model
 from tests import oracles
 from tests.oracles import N_NEW, tiny_prompts
 
-EXACT = KernelPlan(name="exact4", linear=("linear",) * 8, gqa_packing=True, slot_cache=True, lean_layers=True,
-                   int4_rows=8, int4_exact=True)
+EXACT = KernelPlan(
+    name="exact4",
+    linear=("linear",) * 8,
+    gqa_packing=True,
+    slot_cache=True,
+    lean_layers=True,
+    int4_rows=8,
+    int4_exact=True,
+)
 DENSE = KernelPlan(name="dense", linear=("linear",) * 8, gqa_packing=True, slot_cache=True, lean_layers=True)
 
 
@@ -67,8 +74,11 @@ def test_gguf_tensor_names_map_to_the_linears_they_weigh():
 def _q4_target(seed: int = 0, vocab: int = 128, init: float = 0.05):
     """A tiny float32 Llama whose Linear weights are put on Q4_1's grid (gguf's own
     quantizer), with the blocks a GGUF of it would hold."""
-    t = load_model(ModelSpec(source="tiny", seed=seed, tiny={"vocab_size": vocab, "num_hidden_layers": 2,
-                                                            "initializer_range": init}))
+    t = load_model(
+        ModelSpec(
+            source="tiny", seed=seed, tiny={"vocab_size": vocab, "num_hidden_layers": 2, "initializer_range": init}
+        )
+    )
     blocks: dict[str, torch.Tensor] = {}
     with torch.no_grad():
         for name, mod in t.model.named_modules():
@@ -103,8 +113,10 @@ def test_a_target_on_its_own_4bit_codes_computes_the_dense_targets_logits_and_gr
 
     t, blocks = _q4_target()
     prompts = tiny_prompts(3)
-    ref = [s.output_ids for s in SpeculativeDecoder(t.model, None, SamplingConfig(), plan=HF_PLAN)
-           .generate(prompts, N_NEW).sequences]
+    ref = [
+        s.output_ids
+        for s in SpeculativeDecoder(t.model, None, SamplingConfig(), plan=HF_PLAN).generate(prompts, N_NEW).sequences
+    ]
     assert gguf_int4.attach(t.model, blocks) == (9, 0)
     calls: list[str] = []
     real = kernels.apply_path
@@ -137,10 +149,13 @@ def test_a_target_plan_with_re_quantized_4bit_weights_is_still_refused():
     assert not kernels.int4_allowed(plain, EXACT) and kernels.int4_allowed(plain, EXACT.for_draft(2))
 
 
-@pytest.mark.parametrize("spec,match", [
-    (dict(source="tiny", weights="q4"), r"unknown weights 'q4'; valid: \['dense', 'gguf_q4'\]"),
-    (dict(source="tiny", weights="gguf_q4"), r"weights='gguf_q4'.*source 'tiny'.*set weights=dense"),
-])
+@pytest.mark.parametrize(
+    "spec,match",
+    [
+        (dict(source="tiny", weights="q4"), r"unknown weights 'q4'; valid: \['dense', 'gguf_q4'\]"),
+        (dict(source="tiny", weights="gguf_q4"), r"weights='gguf_q4'.*source 'tiny'.*set weights=dense"),
+    ],
+)
 def test_bad_weights_are_refused_before_loading(spec, match):
     with pytest.raises(ValueError, match=match):
         ModelSpec(**spec).validate()
@@ -174,9 +189,12 @@ def _q4_chi2_models(monkeypatch):
 
     draft = truncated_copy(target, 1).model
     monkeypatch.setattr(oracles, "chi2_models", lambda: (target, draft))
-    monkeypatch.setattr(oracles, "exact_pairs", oracles.exact_pairs.__wrapped__)  # the joints of this target, not the cached ones
-    plan = KernelPlan(name="exact4-all", int4_rows=1 << 30, int4_exact=True, gqa_packing=True, slot_cache=True,
-                      lean_layers=True)
+    monkeypatch.setattr(
+        oracles, "exact_pairs", oracles.exact_pairs.__wrapped__
+    )  # the joints of this target, not the cached ones
+    plan = KernelPlan(
+        name="exact4-all", int4_rows=1 << 30, int4_exact=True, gqa_packing=True, slot_cache=True, lean_layers=True
+    )
     return draft, plan
 
 

@@ -24,8 +24,16 @@ from tests.oracles import tiny_prompts
 
 
 def _round(acc: int, rejected: bool, emitted: int, k: int = 3) -> RoundStats:
-    return RoundStats(drafted={"small": k}, accepted={"small": acc}, emitted=emitted, target_positions=k + 1,
-                      accepted_depth=acc, rejected=rejected, draft_depth=k, tree_nodes=k)
+    return RoundStats(
+        drafted={"small": k},
+        accepted={"small": acc},
+        emitted=emitted,
+        target_positions=k + 1,
+        accepted_depth=acc,
+        rejected=rejected,
+        draft_depth=k,
+        tree_nodes=k,
+    )
 
 
 def _sequence() -> SequenceResult:
@@ -72,10 +80,20 @@ def test_alpha_hat_is_consistent_where_accepted_over_drafted_is_not():
     for _ in range(20000):
         u = torch.rand(4, generator=g)
         acc = int((u < 0.8).int().cumprod(0).sum())
-        s.record(RoundStats(drafted={"d": 4}, accepted={"d": acc}, accepted_depth=acc, rejected=acc < 4,
-                            draft_depth=4, emitted=acc + 1, target_positions=5, tree_nodes=4))
+        s.record(
+            RoundStats(
+                drafted={"d": 4},
+                accepted={"d": acc},
+                accepted_depth=acc,
+                rejected=acc < 4,
+                draft_depth=4,
+                emitted=acc + 1,
+                target_positions=5,
+                tree_nodes=4,
+            )
+        )
     m = s.summary()
-    assert m["acceptance_rate"] == pytest.approx(0.8 * (1 - 0.8 ** 4) / (4 * 0.2), abs=0.01)  # 0.59
+    assert m["acceptance_rate"] == pytest.approx(0.8 * (1 - 0.8**4) / (4 * 0.2), abs=0.01)  # 0.59
     assert m["alpha_hat"] == pytest.approx(0.8, abs=0.01)
     assert m["iid_tokens_per_call"] == pytest.approx(m["mean_acceptance_length"], rel=0.01)
     assert geometric_tokens(0.8, 4) == pytest.approx(3.3616)
@@ -136,8 +154,11 @@ def test_draft_calls_are_counted_once_per_batch_round(kind):
     """Batch 4, a chain of 3: one forward (or one batch of look-ups) per depth per round,
     however many rows; ``draft_calls`` equals the level's own counter."""
     target = tiny_target()
-    level = (ModelDrafter(truncated_copy(target, 1).model, k=3) if kind == "small"
-             else KatzNgramDrafter(target.vocab_size, k=3))
+    level = (
+        ModelDrafter(truncated_copy(target, 1).model, k=3)
+        if kind == "small"
+        else KatzNgramDrafter(target.vocab_size, k=3)
+    )
     dec = SpeculativeDecoder(target.model, level, SamplingConfig())
     res = dec.generate(tiny_prompts(4), 20)
     m = res.summary()
@@ -184,11 +205,22 @@ def _batch(rounds: list[tuple[int, bool, int]], wall: float, prefill: float, rou
     for acc, rej, emitted in rounds:
         s.record(_round(acc, rej, emitted))
     s.output_ids = [0] * sum(e for _, _, e in rounds)
-    phases = [PhaseTimes(draft=0.3 * round_s, verify=0.6 * round_s, overhead=0.1 * round_s,
-                         draft_calls={"small": 3}, rows=1, width=4) for _ in rounds]
-    return GenerationResult([s], phases, target_calls=len(rounds), prefill_time=prefill, wall_time=wall,
-                            draft_call_time={"small": 0.2 * round_s * len(rounds)},
-                            draft_forwards={"small": 3 * len(rounds)}, target_forward_time=0.5 * round_s * len(rounds))
+    phases = [
+        PhaseTimes(
+            draft=0.3 * round_s, verify=0.6 * round_s, overhead=0.1 * round_s, draft_calls={"small": 3}, rows=1, width=4
+        )
+        for _ in rounds
+    ]
+    return GenerationResult(
+        [s],
+        phases,
+        target_calls=len(rounds),
+        prefill_time=prefill,
+        wall_time=wall,
+        draft_call_time={"small": 0.2 * round_s * len(rounds)},
+        draft_forwards={"small": 3 * len(rounds)},
+        target_forward_time=0.5 * round_s * len(rounds),
+    )
 
 
 def test_cost_model_by_hand():
@@ -199,15 +231,19 @@ def test_cost_model_by_hand():
     prefill; the baseline makes 10 tokens/s."""
     b = _batch([(1, True, 2), (1, True, 2), (0, True, 1), (2, True, 3)], wall=0.6, prefill=0.2, round_s=0.1)
     p = cost_model.account([b], 10.0)
-    rounds = 8 / 1.875 + 2.75 / (2 * 1.875 ** 2)  # 4.658
+    rounds = 8 / 1.875 + 2.75 / (2 * 1.875**2)  # 4.658
     assert cost_model.yield_moments(0.5, {3: 4}) == pytest.approx((1.875, 2.75))
     assert p["accounted_tokens_per_call"] == pytest.approx(1.875)
     assert p["accounted_rounds"] == pytest.approx(rounds)
     assert p["accounted_wall_s"] == pytest.approx(0.2 + 0.1 * rounds)
     assert p["accounted_speedup"] == pytest.approx(8 / (0.2 + 0.1 * rounds) / 10.0)
     assert cost_model.predicted_rounds(5, 1.0, 0.0) == 5  # plain decoding: one token a round, no overshoot
-    ar = GenerationResult([SequenceResult(prompt_ids=[1])], [PhaseTimes(verify=0.05, rows=1, width=1)] * 4,
-                          target_calls=4, target_forward_time=4 * 0.04)
+    ar = GenerationResult(
+        [SequenceResult(prompt_ids=[1])],
+        [PhaseTimes(verify=0.05, rows=1, width=1)] * 4,
+        target_calls=4,
+        target_forward_time=4 * 0.04,
+    )
     c = cost_model.round_costs(b, ar)
     # per round: the level's forwards 0.02 s (3 calls of 0.00667 s), verification 0.06 s
     assert c["round_s"] == pytest.approx(0.1) and c["round_verify_s"] == pytest.approx(0.06)
@@ -228,6 +264,7 @@ def test_cost_model_by_hand():
 def test_job_metrics_pool_repeats_and_carry_intervals():
     """Two units, two repeats each: counts come from one pass, rates from all, and every
     speedup has its interval; per category with one unit, from its repeats."""
+
     def run(name, secs):
         r = MethodRun(name)
         for unit, cat in enumerate(("qa", "math")):
@@ -276,8 +313,13 @@ def test_out_of_sample_prediction_by_hand():
     b = _batch([(1, True, 2), (1, True, 2), (0, True, 1), (2, True, 3)], wall=0.6, prefill=0.2, round_s=0.1)
 
     def plain(prefill):
-        return GenerationResult([SequenceResult(prompt_ids=[1])], [PhaseTimes(verify=0.05, rows=1, width=1)] * 6,
-                                target_calls=6, prefill_time=prefill, wall_time=prefill + 0.3)
+        return GenerationResult(
+            [SequenceResult(prompt_ids=[1])],
+            [PhaseTimes(verify=0.05, rows=1, width=1)] * 6,
+            target_calls=6,
+            prefill_time=prefill,
+            wall_time=prefill + 0.3,
+        )
 
     assert cost_model.empirical_yield(b) == pytest.approx((5 / 3, 4 / 3))
     p = cost_model.predict_out_of_sample([b], [plain(0.1), plain(0.3)], tokens=16, rows=2)

@@ -42,6 +42,7 @@ class FakeClock:
 def fake_methods(clock: FakeClock, calls: list):
     """hf: 1 s per token; fast: 0.5 s per token at batch 1, 0.75 s per step at batch 2;
     wrong: fast but its outputs differ from hf's on prompt 1."""
+
     def make(name, per_token, differs=False):
         def run(prompts, n, seed):
             calls.append((name, len(prompts), n, seed))
@@ -52,10 +53,17 @@ def fake_methods(clock: FakeClock, calls: list):
             clock.t += per_token * n * ((1 + len(prompts)) / 2 if name != "hf" else len(prompts))
             res = {"outputs": outs}
             if name != "hf":
-                res.update(target_calls=n // 2, target_forward_time=0.25 * n, rounds=(n // 2) * len(prompts),
-                           drafted=4.0 * n, accepted=2.0 * n)
+                res.update(
+                    target_calls=n // 2,
+                    target_forward_time=0.25 * n,
+                    rounds=(n // 2) * len(prompts),
+                    drafted=4.0 * n,
+                    accepted=2.0 * n,
+                )
             return res
+
         return run
+
     return {"hf": make("hf", 1.0), "fast": make("fast", 0.5), "wrong": make("wrong", 0.5, differs=True)}
 
 
@@ -67,8 +75,19 @@ BATCHES = {"hf": [1], "fast": [1, 2], "wrong": [1, 2]}
 def run(path, limit=None, repeats=2, calls=None):
     clock = FakeClock()
     calls = [] if calls is None else calls
-    recs = bench_log.run_measurements(fake_methods(clock, calls), BATCHES, PROMPTS, 6, [1, 2], repeats, path, "cfg",
-                                  limit=limit, clock=clock, log=lambda s: None)
+    recs = bench_log.run_measurements(
+        fake_methods(clock, calls),
+        BATCHES,
+        PROMPTS,
+        6,
+        [1, 2],
+        repeats,
+        path,
+        "cfg",
+        limit=limit,
+        clock=clock,
+        log=lambda s: None,
+    )
     return recs, calls
 
 
@@ -79,8 +98,7 @@ def test_schedule_interleaves_and_rotates():
     assert first == ["hf", "fast", "wrong", "fast", "wrong", "hf"]  # rotated by one per prompt
     rep1 = [c for c in cells if c.repeat == 1 and c.batch == 1 and c.group == 0]
     assert [c.method for c in rep1] == ["fast", "wrong", "hf"]  # and by one per repeat
-    assert [c.prompts for c in cells if c.batch == 2 and c.repeat == 0 and c.method == "fast"] == \
-        [(0, 1), (2, 3), (4,)]
+    assert [c.prompts for c in cells if c.batch == 2 and c.repeat == 0 and c.method == "fast"] == [(0, 1), (2, 3), (4,)]
     assert {c.batch for c in cells if c.method == "hf"} == {1}
 
 
@@ -110,8 +128,18 @@ def test_resume_after_a_kill_gives_the_same_table_and_no_duplicates(tmp_path):
 
 def test_repeat_r_runs_every_method_with_seed_plus_r(tmp_path):
     calls = []
-    recs = bench_log.run_measurements(fake_methods(FakeClock(), calls), BATCHES, PROMPTS, 6, [1, 2], 3,
-                                      tmp_path / "m.jsonl", "cfg", log=lambda s: None, seed=40)
+    recs = bench_log.run_measurements(
+        fake_methods(FakeClock(), calls),
+        BATCHES,
+        PROMPTS,
+        6,
+        [1, 2],
+        3,
+        tmp_path / "m.jsonl",
+        "cfg",
+        log=lambda s: None,
+        seed=40,
+    )
     by_cell = {bench_log.record_key(r): r["seed"] for r in recs}
     assert len(by_cell) == 63 and all(seed == 40 + key[3] for key, seed in by_cell.items())
     timed = [c for c in calls if c[2] == 6]  # the warm-ups run 8 tokens
@@ -132,9 +160,16 @@ def test_sampled_runs_draw_from_the_seed_they_are_given():
 
     target = tiny_target()
     p = [[5, 6, 7, 8, 5, 6, 7]]
-    fns = {"hf": bench_methods.hf_fn(target.model, [], 1.0),
-           "ngram>target": bench_methods.ours_fn(target, lambda: KatzNgramDrafter(target.vocab_size, k=3),
-                                                 SamplingConfig(temperature=1.0, seed=0), [], peers_plan())}
+    fns = {
+        "hf": bench_methods.hf_fn(target.model, [], 1.0),
+        "ngram>target": bench_methods.ours_fn(
+            target,
+            lambda: KatzNgramDrafter(target.vocab_size, k=3),
+            SamplingConfig(temperature=1.0, seed=0),
+            [],
+            peers_plan(),
+        ),
+    }
     for name, fn in fns.items():
         a = fn(p, 16, 3)["outputs"]
         torch.rand(7)  # moves the global generator between the runs
@@ -153,18 +188,33 @@ def test_more_repeats_resume_the_same_measurements(tmp_path):
 
 def test_table_arithmetic_on_hand_made_numbers():
     def rec(method, batch, prompts, repeat, tokens, seconds, outputs=None, **kw):
-        return {"config": "c", "method": method, "batch": batch, "group": prompts[0] // batch, "prompts": prompts,
-                "repeat": repeat, "tokens": tokens, "seconds": seconds,
-                "outputs": outputs or [[1, 2]] * len(prompts), **kw}
+        return {
+            "config": "c",
+            "method": method,
+            "batch": batch,
+            "group": prompts[0] // batch,
+            "prompts": prompts,
+            "repeat": repeat,
+            "tokens": tokens,
+            "seconds": seconds,
+            "outputs": outputs or [[1, 2]] * len(prompts),
+            **kw,
+        }
+
     ours = dict(target_calls=5, target_forward_time=0.5, rounds=5, drafted=8.0, accepted=6.0)
     records = [
         # HF: prompt 0 at 10 tok/s (repeats 1 s, 1 s), prompt 1 at 5 tok/s (2 s, 2 s)
-        rec("hf", 1, [0], 0, 10, 1.0), rec("hf", 1, [0], 1, 10, 1.0), rec("hf", 1, [0], 2, 10, 1.0),
-        rec("hf", 1, [1], 0, 10, 2.0), rec("hf", 1, [1], 1, 10, 2.0),
+        rec("hf", 1, [0], 0, 10, 1.0),
+        rec("hf", 1, [0], 1, 10, 1.0),
+        rec("hf", 1, [0], 2, 10, 1.0),
+        rec("hf", 1, [1], 0, 10, 2.0),
+        rec("hf", 1, [1], 1, 10, 2.0),
         # ours: prompt 0 at 20, 40, 25 tok/s (median 25, mean 28.3 -> ratio 2.5), prompt 1 at 2.5 (ratio 0.5)
-        rec("x", 1, [0], 0, 10, 0.5, **ours), rec("x", 1, [0], 1, 10, 0.25, **ours),
+        rec("x", 1, [0], 0, 10, 0.5, **ours),
+        rec("x", 1, [0], 1, 10, 0.25, **ours),
         rec("x", 1, [0], 2, 10, 0.4, **ours),
-        rec("x", 1, [1], 0, 10, 4.0, outputs=[[9]], **ours), rec("x", 1, [1], 1, 10, 4.0, **ours),
+        rec("x", 1, [1], 0, 10, 4.0, outputs=[[9]], **ours),
+        rec("x", 1, [1], 1, 10, 4.0, **ours),
         # batch 2: 20 tokens in 1 s vs HF's 20 tokens in 3 s -> ratio 3
         rec("x", 2, [0, 1], 0, 20, 1.0, **ours),
     ]
@@ -199,12 +249,27 @@ def test_speedup_is_the_geometric_mean_of_per_prompt_ratios():
     """Two prompts, ours 2x and 8x HF's tokens/s: 4x (the arithmetic mean and the ratio
     of pooled rates would say 5x); acceptance and tokens per call pool the records
     (14 / 40 = 0.35, not the mean of 0.8 and 0.2)."""
+
     def rec(method, prompt, tokens, seconds, **kw):
-        return {"config": "c", "method": method, "batch": 1, "group": prompt, "prompts": [prompt], "repeat": 0,
-                "tokens": tokens, "seconds": seconds, "outputs": [[1]], **kw}
-    records = [rec("hf", 0, 10, 1.0), rec("hf", 1, 10, 1.0),
-               rec("x", 0, 20, 1.0, rounds=10, drafted=10.0, accepted=8.0, target_calls=10, target_forward_time=0.5),
-               rec("x", 1, 80, 1.0, rounds=20, drafted=30.0, accepted=6.0, target_calls=20, target_forward_time=0.5)]
+        return {
+            "config": "c",
+            "method": method,
+            "batch": 1,
+            "group": prompt,
+            "prompts": [prompt],
+            "repeat": 0,
+            "tokens": tokens,
+            "seconds": seconds,
+            "outputs": [[1]],
+            **kw,
+        }
+
+    records = [
+        rec("hf", 0, 10, 1.0),
+        rec("hf", 1, 10, 1.0),
+        rec("x", 0, 20, 1.0, rounds=10, drafted=10.0, accepted=8.0, target_calls=10, target_forward_time=0.5),
+        rec("x", 1, 80, 1.0, rounds=20, drafted=30.0, accepted=6.0, target_calls=20, target_forward_time=0.5),
+    ]
     t = bench_table.summarize(records, ["a", "a"], greedy=True)
     x = t["overall"][1]
     assert x["method"] == "x" and x["speedup_vs_hf"] == pytest.approx(4.0)
@@ -223,13 +288,17 @@ def test_a_real_run_on_tiny_models(tmp_path):
 
     target = tiny_target()
     prompts = [[5, 6, 7, 8, 5, 6, 7], [9, 10, 11, 9, 10], [3, 4, 3, 4, 3]]
-    methods = {"hf": bench_methods.hf_fn(target.model, [], 0.0),
-               "ar": bench_methods.ours_fn(target, lambda: None, SamplingConfig(), [], peers_plan()),
-               "ngram>target": bench_methods.ours_fn(target, lambda: KatzNgramDrafter(target.vocab_size, k=3),
-                                             SamplingConfig(), [], peers_plan())}
+    methods = {
+        "hf": bench_methods.hf_fn(target.model, [], 0.0),
+        "ar": bench_methods.ours_fn(target, lambda: None, SamplingConfig(), [], peers_plan()),
+        "ngram>target": bench_methods.ours_fn(
+            target, lambda: KatzNgramDrafter(target.vocab_size, k=3), SamplingConfig(), [], peers_plan()
+        ),
+    }
     batches = {"hf": [1], "ar": [1, 2], "ngram>target": [1, 2]}
-    recs = bench_log.run_measurements(methods, batches, prompts, 8, [1, 2], 1, tmp_path / "m.jsonl", "h",
-                                  log=lambda s: None)
+    recs = bench_log.run_measurements(
+        methods, batches, prompts, 8, [1, 2], 1, tmp_path / "m.jsonl", "h", log=lambda s: None
+    )
     t = bench_table.summarize(recs, ["c"] * 3, greedy=True, min_s_per_call=1e-4)
     rows = {(r["method"], r["batch"]): r for r in t["overall"]}
     assert set(rows) == {("hf", 1), ("ar", 1), ("ar", 2), ("ngram>target", 1), ("ngram>target", 2)}
@@ -257,9 +326,11 @@ def peers_plan():
 def test_figure_from_results(tmp_path):
     from analysis.peers_figure import draw
 
-    rows = [{"method": "hf", "batch": 1, "speedup_vs_hf": 1.0, "ci": [1.0, 1.0]},
-            {"method": "ar", "batch": 2, "speedup_vs_hf": 1.5, "ci": [1.2, 1.8]},
-            {"method": "bad", "batch": 1, "speedup_vs_hf": float("nan"), "ci": [float("nan")] * 2}]
+    rows = [
+        {"method": "hf", "batch": 1, "speedup_vs_hf": 1.0, "ci": [1.0, 1.0]},
+        {"method": "ar", "batch": 2, "speedup_vs_hf": 1.5, "ci": [1.2, 1.8]},
+        {"method": "bad", "batch": 1, "speedup_vs_hf": float("nan"), "ci": [float("nan")] * 2},
+    ]
     res = tmp_path / "results.json"
     res.write_text(json.dumps({"args": {"data": "mt_bench"}, "tables": {"overall": rows}}))
     png = draw(res)
@@ -290,7 +361,9 @@ def test_hf_methods_on_a_tiny_target_with_a_layers_draft(tmp_path):
     want = made["hf"](p, 6, 0)["outputs"]
     for name, fn in made.items():
         assert fn(p, 6, 0)["outputs"] == want, name
-    made, skipped, _ = bench_methods.hf_methods(args, target.model, target.name, {**files, "layers": tmp_path / "none"}, [])
+    made, skipped, _ = bench_methods.hf_methods(
+        args, target.model, target.name, {**files, "layers": tmp_path / "none"}, []
+    )
     assert "hf_assisted_layers" not in made and "no layers draft" in skipped["hf_assisted_layers"]
 
 
@@ -315,11 +388,22 @@ def test_split_option_defaults_to_test_and_keys_the_measurements():
 
 def test_parse_ours_reads_model_levels_with_stop_and_alternatives():
     got = bench_methods.parse_ours("ar, q4:12:50:2, ngram:1>q4:12:50>copy:24:6, ngram:1:30>q4:12")
-    assert got == {"ar": [], "q4:12:50:2": [("q4", [12, 50, 2])],
-                   "ngram:1>q4:12:50>copy:24:6": [("ngram", [1]), ("q4", [12, 50]), ("copy", [24, 6])],
-                   "ngram:1:30>q4:12": [("ngram", [1, 30]), ("q4", [12])]}
-    for bad in ("q4:12:50:9", "q4:12:100", "small:4:50:2:1", "lookup:4:2", "tree:3", "q4:0", "ngram:1:100",
-                "ngram:1:30:2"):
+    assert got == {
+        "ar": [],
+        "q4:12:50:2": [("q4", [12, 50, 2])],
+        "ngram:1>q4:12:50>copy:24:6": [("ngram", [1]), ("q4", [12, 50]), ("copy", [24, 6])],
+        "ngram:1:30>q4:12": [("ngram", [1, 30]), ("q4", [12])],
+    }
+    for bad in (
+        "q4:12:50:9",
+        "q4:12:100",
+        "small:4:50:2:1",
+        "lookup:4:2",
+        "tree:3",
+        "q4:0",
+        "ngram:1:100",
+        "ngram:1:30:2",
+    ):
         with pytest.raises(SystemExit, match=f"bad level {bad!r}"):
             bench_methods.parse_ours(bad)
 
@@ -367,8 +451,10 @@ def test_hf_prompt_lookup_settings_reach_generate_and_the_assistant_restarts_eac
     import types
 
     settings = bench_methods.prompt_lookup_settings("10,20:3")
-    assert settings == {"hf_prompt_lookup_10": {"prompt_lookup_num_tokens": 10},
-                        "hf_prompt_lookup_20_3": {"prompt_lookup_num_tokens": 20, "max_matching_ngram_size": 3}}
+    assert settings == {
+        "hf_prompt_lookup_10": {"prompt_lookup_num_tokens": 10},
+        "hf_prompt_lookup_20_3": {"prompt_lookup_num_tokens": 20, "max_matching_ngram_size": 3},
+    }
     assert bench_methods.prompt_lookup_settings(10) == {"hf_prompt_lookup": {"prompt_lookup_num_tokens": 10}}
     for bad in ("10:0", "a", "1:2:3", ""):
         with pytest.raises(SystemExit, match="--prompt-lookup"):
@@ -377,8 +463,12 @@ def test_hf_prompt_lookup_settings_reach_generate_and_the_assistant_restarts_eac
 
     def fake_generate(model, prompt, n, eos=None, temperature=0.0, **kw):
         a = kw.get("assistant_model")
-        seen.append((dict((k, v) for k, v in kw.items() if k != "assistant_model"),
-                     a.generation_config.num_assistant_tokens if a is not None else None))
+        seen.append(
+            (
+                dict((k, v) for k, v in kw.items() if k != "assistant_model"),
+                a.generation_config.num_assistant_tokens if a is not None else None,
+            )
+        )
         if a is not None:  # what HF's heuristic schedule does after a call
             a.generation_config.num_assistant_tokens += 2
         return [1]

@@ -19,15 +19,28 @@ from tests.oracles import logits_by_row_count
 
 T07 = SamplingConfig(temperature=0.7)
 DENSE_PATH = next(p for p in ("mkldnn", "wxt", "linear") if p in available_paths(torch.bfloat16, torch.device("cpu")))
-PLAN = KernelPlan(name="bf16-q4", linear=(DENSE_PATH,) * 8, gqa_packing=True, slot_cache=True, lean_layers=True,
-                  int4_rows=4, int4_exact=True)
+PLAN = KernelPlan(
+    name="bf16-q4",
+    linear=(DENSE_PATH,) * 8,
+    gqa_packing=True,
+    slot_cache=True,
+    lean_layers=True,
+    int4_rows=4,
+    int4_exact=True,
+)
 """As calibration makes the default's plan: the int4 kernel on the file's codes at 1-4 rows, a
 dense bfloat16 GEMM at more."""
 
 
 def _bf16_q4_target():
-    t = load_model(ModelSpec(source="tiny", dtype="bfloat16", seed=2, tiny={"vocab_size": 128, "num_hidden_layers": 2,
-                                                                            "initializer_range": 0.3}))
+    t = load_model(
+        ModelSpec(
+            source="tiny",
+            dtype="bfloat16",
+            seed=2,
+            tiny={"vocab_size": 128, "num_hidden_layers": 2, "initializer_range": 0.3},
+        )
+    )
     blocks = {}
     with torch.no_grad():
         for name, mod in t.model.named_modules():

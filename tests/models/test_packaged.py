@@ -30,5 +30,7 @@ def test_cut_or_altered_chunk_is_refused_naming_both(tmp_path):
         check_chunk(chunk, path)
     altered = b"X" + data[1:]
     path.write_bytes(altered)
-    with pytest.raises(ValueError, match=rf"sha256 {hashlib.sha256(altered).hexdigest()} differs from the expected {good}"):
+    with pytest.raises(
+        ValueError, match=rf"sha256 {hashlib.sha256(altered).hexdigest()} differs from the expected {good}"
+    ):
         check_chunk(chunk, path)

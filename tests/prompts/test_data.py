@@ -118,8 +118,10 @@ def test_real_dev_set():
     packaged sets are tested below without it)."""
     path = default_data_path()
     if not path.is_file():
-        pytest.skip(f"the optional Spec-Bench dev file is not present ({path}; set $STAGEDSPEC_DATA to "
-                    "test one): this test is about that file only")
+        pytest.skip(
+            f"the optional Spec-Bench dev file is not present ({path}; set $STAGEDSPEC_DATA to "
+            "test one): this test is about that file only"
+        )
     qs = load_questions(path)
     assert len(qs) == 240
     assert {q.category for q in qs} == set(SPEC_BENCH_CATEGORIES)
@@ -181,12 +183,59 @@ def test_missing_package_names_the_install_command():
         package_file("no_such_module_stagedspec", "x.jsonl", "some-dist==1.0")
 
 
-GENERIC = {"get", "make", "check", "find", "sort", "array", "list", "string", "strings", "number", "numbers",
-           "sum", "count", "add", "all", "filter", "by", "to", "and", "one", "is", "if", "solve", "encode",
-           "decode", "compare", "unique", "common", "solution", "words", "split", "select", "max", "min",
-           "elements", "element", "of", "in", "int", "total", "match", "closest", "longest", "digits", "valid",
-           # words that name no task by themselves (is_nested: brackets; is_sorted; sum_product; minPath)
-           "nested", "sorted", "product", "path", "date"}
+GENERIC = {
+    "get",
+    "make",
+    "check",
+    "find",
+    "sort",
+    "array",
+    "list",
+    "string",
+    "strings",
+    "number",
+    "numbers",
+    "sum",
+    "count",
+    "add",
+    "all",
+    "filter",
+    "by",
+    "to",
+    "and",
+    "one",
+    "is",
+    "if",
+    "solve",
+    "encode",
+    "decode",
+    "compare",
+    "unique",
+    "common",
+    "solution",
+    "words",
+    "split",
+    "select",
+    "max",
+    "min",
+    "elements",
+    "element",
+    "of",
+    "in",
+    "int",
+    "total",
+    "match",
+    "closest",
+    "longest",
+    "digits",
+    "valid",
+    # words that name no task by themselves (is_nested: brackets; is_sorted; sum_product; minPath)
+    "nested",
+    "sorted",
+    "product",
+    "path",
+    "date",
+}
 
 
 def humaneval_concepts(code: str) -> set[frozenset[str]]:
@@ -204,6 +253,7 @@ def humaneval_concepts(code: str) -> set[frozenset[str]]:
 def overlapping_tasks(tasks: list[str], problems) -> list[tuple[str, str]]:
     """(task, HumanEval function) pairs where every word of the function's name occurs in the task."""
     concepts = set().union(*(humaneval_concepts(q.turns[0]) for q in problems))
+
     def has(task: str, word: str) -> bool:  # a word of the task starts with it: fib -> Fibonacci
         return any(t.startswith(word) for t in re.findall(r"[a-z]+", task.lower()))
 
@@ -217,15 +267,24 @@ def test_training_code_tasks_are_not_humaneval_tasks():
     from stagedspec.prompts.training_prompts import CODE_TASKS
 
     problems = load_prompt_set("humaneval")
-    old = ["checks whether a string is a palindrome", "returns the n-th Fibonacci number",
-           "counts the vowels in a sentence", "checks whether a number is prime",
-           "computes the greatest common divisor of two integers",
-           "removes duplicates from a list while keeping the order", "returns the intersection of two lists"]
+    old = [
+        "checks whether a string is a palindrome",
+        "returns the n-th Fibonacci number",
+        "counts the vowels in a sentence",
+        "checks whether a number is prime",
+        "computes the greatest common divisor of two integers",
+        "removes duplicates from a list while keeping the order",
+        "returns the intersection of two lists",
+    ]
     assert {t for t, _ in overlapping_tasks(old, problems)} == set(old)  # the check sees each of them
     assert overlapping_tasks(CODE_TASKS, problems) == []
     # nor a shared run of 4 words with any problem's text
-    grams = {tuple(ws[i:i + 4]) for q in problems for ws in [re.findall(r"[a-z]+", q.turns[0].lower())]
-             for i in range(len(ws) - 3)}
+    grams = {
+        tuple(ws[i : i + 4])
+        for q in problems
+        for ws in [re.findall(r"[a-z]+", q.turns[0].lower())]
+        for i in range(len(ws) - 3)
+    }
     for task in CODE_TASKS:
         ws = re.findall(r"[a-z]+", task.lower())
-        assert not [ws[i:i + 4] for i in range(len(ws) - 3) if tuple(ws[i:i + 4]) in grams], task
+        assert not [ws[i : i + 4] for i in range(len(ws) - 3) if tuple(ws[i : i + 4]) in grams], task

@@ -18,21 +18,36 @@ from stagedspec.models.draft_files import build_draft, load_draft, read_meta, sa
 from stagedspec.training.corpus import generate_corpus, target_features, vocab_subset
 from stagedspec.training.distillation import TrainConfig, agreement, train_draft
 from tests.helpers import tiny_target
-from tests.oracles import (N_NEW, V, chi2, chi2_critical, draw_positions_3_4, exact_positions_3_4, hf_reference,
-                           peaked, tiny_prompts, trained_drafts)
+from tests.oracles import (
+    N_NEW,
+    V,
+    chi2,
+    chi2_critical,
+    draw_positions_3_4,
+    exact_positions_3_4,
+    hf_reference,
+    peaked,
+    tiny_prompts,
+    trained_drafts,
+)
 
-FAST = KernelPlan(name="test", linear=("linear", "mkldnn", "linear", "mkl4"), gqa_packing=True, slot_cache=True,
-                  lean_layers=True)
+FAST = KernelPlan(
+    name="test", linear=("linear", "mkldnn", "linear", "mkl4"), gqa_packing=True, slot_cache=True, lean_layers=True
+)
 
 
 @pytest.mark.parametrize("plan", [None, FAST], ids=["hf", "fast"])
-@pytest.mark.parametrize("make", [
-    lambda f, l, V: FeatureDrafter(f, k=4),
-    lambda f, l, V: FeatureDrafter(f, tree=TreeShape.parse({"widths": [2, 2, 1]})),
-    lambda f, l, V: FeatureDrafter(f, tree=TreeShape.parse({"dynamic": {"budget": 8, "topk": 3, "depth": 4}})),
-    lambda f, l, V: ModelDrafter(l, k=3),
-    lambda f, l, V: ModelDrafter(l, k=4, lower=KatzNgramDrafter(V, k=2)),
-], ids=["feature-chain", "feature-tree", "feature-dynamic", "layers", "ngram>layers"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda f, l, V: FeatureDrafter(f, k=4),
+        lambda f, l, V: FeatureDrafter(f, tree=TreeShape.parse({"widths": [2, 2, 1]})),
+        lambda f, l, V: FeatureDrafter(f, tree=TreeShape.parse({"dynamic": {"budget": 8, "topk": 3, "depth": 4}})),
+        lambda f, l, V: ModelDrafter(l, k=3),
+        lambda f, l, V: ModelDrafter(l, k=4, lower=KatzNgramDrafter(V, k=2)),
+    ],
+    ids=["feature-chain", "feature-tree", "feature-dynamic", "layers", "ngram>layers"],
+)
 def test_trained_drafts_greedy_equal_hf(make, plan):
     target = tiny_target()
     feature, layers = trained_drafts()
@@ -133,13 +148,21 @@ def test_ngram_corpus_counts_are_shared_not_copied(tmp_path):
 
 
 # ---------------------------------------------------------------------------- sampling
-@pytest.mark.parametrize("factory,cfg", [
-    (lambda: FeatureDrafter(peaked()[1], k=3), SamplingConfig(temperature=1.0, seed=21)),
-    (lambda: FeatureDrafter(peaked()[1], tree=TreeShape.parse({"widths": [2, 2]})),
-     SamplingConfig(temperature=0.7, top_p=0.9, seed=22)),
-    (lambda: ModelDrafter(peaked()[2], k=3, lower=KatzNgramDrafter(V, k=2, order=2)),
-     SamplingConfig(temperature=1.0, seed=23)),
-], ids=["feature-chain", "feature-tree-t0.7-topp", "ngram>layers"])
+@pytest.mark.parametrize(
+    "factory,cfg",
+    [
+        (lambda: FeatureDrafter(peaked()[1], k=3), SamplingConfig(temperature=1.0, seed=21)),
+        (
+            lambda: FeatureDrafter(peaked()[1], tree=TreeShape.parse({"widths": [2, 2]})),
+            SamplingConfig(temperature=0.7, top_p=0.9, seed=22),
+        ),
+        (
+            lambda: ModelDrafter(peaked()[2], k=3, lower=KatzNgramDrafter(V, k=2, order=2)),
+            SamplingConfig(temperature=1.0, seed=23),
+        ),
+    ],
+    ids=["feature-chain", "feature-tree-t0.7-topp", "ngram>layers"],
+)
 def test_trained_drafts_sample_the_target_at_positions_3_and_4(factory, cfg):
     """Chi-square (N = 6000, alpha = 1e-4) of the joint of the 3rd and 4th tokens: drafts of
     3 tokens, so these come from accepted drafts, residuals and bonus tokens alike."""
@@ -151,8 +174,9 @@ def test_trained_drafts_sample_the_target_at_positions_3_and_4(factory, cfg):
 def _tiny_corpus(n: int, seed: int):
     target = tiny_target()
     g = torch.Generator().manual_seed(seed)
-    prompts = [torch.randint(0, 128, (int(torch.randint(4, 16, (1,), generator=g)),), generator=g).tolist()
-               for _ in range(n)]
+    prompts = [
+        torch.randint(0, 128, (int(torch.randint(4, 16, (1,), generator=g)),), generator=g).tolist() for _ in range(n)
+    ]
     answers = generate_corpus(target.model, prompts, 0.0, 48, 16, seed, [])
     seqs = [p + a for p, a in zip(prompts, answers)]
     return seqs, [len(p) for p in prompts], target_features(target.model, seqs)
@@ -172,7 +196,8 @@ def test_training_improves_agreement_and_acceptance(design):
     def accept_rate() -> float:
         drafter = FeatureDrafter(draft, k=3) if design == "feature" else ModelDrafter(draft, k=3)
         res = SpeculativeDecoder(target.model, drafter, SamplingConfig()).generate(
-            [s[:st] for s, st in zip(held, held_starts)], 32)
+            [s[:st] for s, st in zip(held, held_starts)], 32
+        )
         return res.summary()["acceptance_rate"]
 
     before, acc_before = agreement(draft, target.model, held, held_feats, held_starts), accept_rate()
@@ -253,11 +278,20 @@ def test_recipe_short_run_on_the_embedded_target(embedded_model, tmp_path):
 
     seen: dict[str, float] = {}
     # 32 answers of 40 tokens, 8 held out (~300 held-out tokens: one agreement step is 0.3%)
-    spec = DistillSpec(corpus=CorpusSpec(prompts=32, temperatures=(0.0,), max_new_tokens=40, batch_size=16),
-                       designs={"feature": 1}, vocab_size=2048, heldout=0.25,
-                       train=TrainConfig(epochs=12, batch_tokens=1024, lr=2e-3, warmup_steps=4))
-    paths = distill(embedded_model, spec, tmp_path / "out", tmp_path / "cache",
-                    on_metrics=lambda m, step: seen.update(m) if step is None else None)
+    spec = DistillSpec(
+        corpus=CorpusSpec(prompts=32, temperatures=(0.0,), max_new_tokens=40, batch_size=16),
+        designs={"feature": 1},
+        vocab_size=2048,
+        heldout=0.25,
+        train=TrainConfig(epochs=12, batch_tokens=1024, lr=2e-3, warmup_steps=4),
+    )
+    paths = distill(
+        embedded_model,
+        spec,
+        tmp_path / "out",
+        tmp_path / "cache",
+        on_metrics=lambda m, step: seen.update(m) if step is None else None,
+    )
     assert seen["feature/heldout_agreement"] > seen["feature/heldout_agreement_untrained"] + 0.05, seen
     meta = read_meta(paths["feature"])
     assert meta.metrics["heldout_agreement"] == seen["feature/heldout_agreement"] and meta.n_layers == 1

@@ -27,8 +27,14 @@ from tests.oracles import N_NEW, hf_greedy, hf_reference, logits_by_row_count, t
 PATHS = available_paths(torch.float32, torch.device("cpu"))
 # every available path somewhere in 1..8 rows, so each one's dispatch code runs; prefills
 # past 8 rows (prompts of up to 40 tokens) through a path other than F.linear
-MIXED = KernelPlan(name="mixed", linear=tuple(PATHS[i % len(PATHS)] for i in range(8)), gqa_packing=True,
-                   slot_cache=True, lean_layers=True, long_path="mkldnn" if "mkldnn" in PATHS else "wxt")
+MIXED = KernelPlan(
+    name="mixed",
+    linear=tuple(PATHS[i % len(PATHS)] for i in range(8)),
+    gqa_packing=True,
+    slot_cache=True,
+    lean_layers=True,
+    long_path="mkldnn" if "mkldnn" in PATHS else "wxt",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -155,12 +161,15 @@ def test_fast_plan_greedy_equals_hf_on_tiny_models(kind):
 
 
 @pytest.mark.parametrize("batch", [1, 5])
-@pytest.mark.parametrize("kind,tree", [("ar", None), ("small", {"widths": [2, 2, 1]}),
-                                       ("ngram", {"dynamic": {"budget": 8, "topk": 3, "depth": 4}})])
+@pytest.mark.parametrize(
+    "kind,tree",
+    [("ar", None), ("small", {"widths": [2, 2, 1]}), ("ngram", {"dynamic": {"budget": 8, "topk": 3, "depth": 4}})],
+)
 def test_fast_plan_batches_and_trees_equal_hf(batch, kind, tree):
     target = tiny_target()
-    dec = SpeculativeDecoder(target.model, hierarchy(kind, target, 3, tree=TreeShape.parse(tree)), SamplingConfig(),
-                             plan=MIXED)
+    dec = SpeculativeDecoder(
+        target.model, hierarchy(kind, target, 3, tree=TreeShape.parse(tree)), SamplingConfig(), plan=MIXED
+    )
     res = dec.generate(tiny_prompts(8)[:batch], N_NEW)
     assert [s.output_ids for s in res.sequences] == [list(r) for r in hf_reference(8)][:batch]
 
@@ -198,8 +207,13 @@ def test_fast_plan_tree_logits_equal_each_path_as_a_sequence():
 
 
 # a fast plan as calibration makes them: another GEMM path at 4 rows than at 1
-FAST4 = KernelPlan(name="fast4", linear=("linear",) * 3 + (next(p for p in ("mkl4", "mkldnn", "wxt") if p in PATHS),),
-                   gqa_packing=True, slot_cache=True, lean_layers=True)
+FAST4 = KernelPlan(
+    name="fast4",
+    linear=("linear",) * 3 + (next(p for p in ("mkl4", "mkldnn", "wxt") if p in PATHS),),
+    gqa_packing=True,
+    slot_cache=True,
+    lean_layers=True,
+)
 
 
 @pytest.mark.parametrize("plan", [HF_PLAN, FAST4, MIXED], ids=["hf", "fast4", "mixed"])
@@ -216,8 +230,7 @@ def test_logits_depend_on_the_row_count_only_by_kernel_rounding(plan):
     with torch.no_grad():  # HF's own: the prefix, then one token per forward through its cache
         cache = DynamicCache(config=target.model.config)
         target.model(torch.tensor([prefix]), cache=cache, use_cache=True)
-        hf = torch.stack([target.model(torch.tensor([[t]]), cache=cache, use_cache=True).logits[0, -1]
-                          for t in toks])
+        hf = torch.stack([target.model(torch.tensor([[t]]), cache=cache, use_cache=True).logits[0, -1] for t in toks])
     if plan.bitwise_hf:
         assert torch.equal(single, hf)
     torch.testing.assert_close(single, hf, rtol=1e-4, atol=1e-4 * float(hf.abs().max()))
@@ -252,10 +265,13 @@ def test_fast_plan_ar_and_speculation_agree_on_the_embedded_model(embedded_model
     from stagedspec.models.chat_text import encode_prompt
 
     plan, _ = calibrate(embedded_model.model, reps=1, cache_dir=tmp_path)
-    prompts = [encode_prompt(embedded_model.tokenizer, t) for t in (
-        "Summarize: The cat sat on the mat because the mat was warm and the sun was out.",
-        "Write a Python function that returns the n-th Fibonacci number.",
-    )]
+    prompts = [
+        encode_prompt(embedded_model.tokenizer, t)
+        for t in (
+            "Summarize: The cat sat on the mat because the mat was warm and the sun was out.",
+            "Write a Python function that returns the n-th Fibonacci number.",
+        )
+    ]
     ar = SpeculativeDecoder(embedded_model.model, None, SamplingConfig(), plan=plan).generate(prompts, 48)
     for drafter in (PromptLookupDrafter(k=4), KatzNgramDrafter(embedded_model.vocab_size, k=4)):
         spec = SpeculativeDecoder(embedded_model.model, drafter, SamplingConfig(), plan=plan).generate(prompts, 48)
@@ -305,8 +321,12 @@ def test_int4_path_multiplies_by_the_dequantized_4bit_weight():
     with torch.no_grad():
         on_grid.weight.copy_(codes * 0.25 - 1.0)
     on_grid._stagedspec_packs = {}
-    torch.testing.assert_close(kernels.apply_path(on_grid, kernels.PATH_INT4, x),
-                               torch.nn.functional.linear(x, on_grid.weight), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(
+        kernels.apply_path(on_grid, kernels.PATH_INT4, x),
+        torch.nn.functional.linear(x, on_grid.weight),
+        atol=1e-4,
+        rtol=1e-4,
+    )
 
 
 def test_int4_draft_weights_keep_the_output_and_are_refused_for_the_target(monkeypatch):
@@ -330,9 +350,11 @@ def test_int4_draft_weights_keep_the_output_and_are_refused_for_the_target(monke
         dec = SpeculativeDecoder(target.model, drafter, SamplingConfig(), plan=plan)
         assert [s.output_ids for s in dec.generate(tiny_prompts(3), N_NEW).sequences] == ref, plan.name
         assert drafter.kv.plan.int4_rows == 3 and "4-bit weights at 1-3 rows" in drafter.kv.plan.describe()
+
         def linears(model):  # HF's modules (the hf plan) and the lean layers' fused ones (the fast plans)
             return {id(m) for m in model.modules() if isinstance(m, torch.nn.Linear)} | {
-                id(m) for m in kernels.gemm_modules(model)}
+                id(m) for m in kernels.gemm_modules(model)
+            }
 
         int4 = {i for i, path in calls if path == kernels.PATH_INT4}
         assert int4 and int4 <= linears(draft) and not int4 & linears(target.model), plan.name

@@ -27,8 +27,18 @@ from stagedspec.tuning.auto_tree import resolve_auto_tree
 from stagedspec.tuning.tree_calibration import RankRecorder
 from stagedspec.tuning.tree_program import Calibration, acceptance_matrix, best_trees, choose, replay
 from tests.helpers import other_small, tiny_target
-from tests.oracles import (N_NEW, V, chi2, chi2_critical, draw_positions_3_4, exact_positions_3_4, hf_reference,
-                           peaked, tiny_prompts, trained_drafts)
+from tests.oracles import (
+    N_NEW,
+    V,
+    chi2,
+    chi2_critical,
+    draw_positions_3_4,
+    exact_positions_3_4,
+    hf_reference,
+    peaked,
+    tiny_prompts,
+    trained_drafts,
+)
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "tree"
 PRESETS = {p.stem: yaml.safe_load(p.read_text())["shape"] for p in sorted(CONF.glob("*.yaml")) if p.stem != "auto"}
@@ -76,7 +86,8 @@ def _check_ranked(tree: DraftTree, raw_after, greedy: bool) -> int:
         want = _next_best_scores(raw, pick, len(kids) - 1)
         got = raw.float()[toks[1:]]
         assert len(set(toks)) == len(toks) and torch.allclose(got, want, atol=1e-4, rtol=0), (
-            f"node {node}: offered {toks[1:]} scoring {got.tolist()}; the draft's next-best score {want.tolist()}")
+            f"node {node}: offered {toks[1:]} scoring {got.tolist()}; the draft's next-best score {want.tolist()}"
+        )
         assert all(q is None for q in [tree.q[c] for c in kids[1:]]), "ranked alternatives are point masses"
         checked += len(kids) - 1
     return checked
@@ -103,6 +114,7 @@ def _model_raw(model, ctx):
     def raw(path):
         with torch.no_grad():
             return model(torch.tensor([ctx + path])).logits[0, -1].float()
+
     return raw
 
 
@@ -187,8 +199,13 @@ def _staged(tree, k=4):
 
 def _three_levels(tree, k=4):
     target = tiny_target()
-    mid = ModelDrafter(other_small(target.vocab_size), k=2, lower=KatzNgramDrafter(target.vocab_size, k=2),
-                       name="other", tree=TreeShape.parse({"widths": [2, 1]}))
+    mid = ModelDrafter(
+        other_small(target.vocab_size),
+        k=2,
+        lower=KatzNgramDrafter(target.vocab_size, k=2),
+        name="other",
+        tree=TreeShape.parse({"widths": [2, 1]}),
+    )
     return ModelDrafter(_first1(), k=k, lower=mid, tree=tree)
 
 
@@ -245,12 +262,16 @@ T1 = SamplingConfig(temperature=1.0, seed=31)
 T07P = SamplingConfig(temperature=0.7, top_p=0.9, seed=32)
 
 
-@pytest.mark.parametrize("factory,cfg", [
-    (lambda: _staged_peaked(STAGED_TREE), T1),
-    (lambda: _staged_peaked(STAGED_TREE), T07P),
-    (lambda: ModelDrafter(peaked()[2], tree=TreeShape.parse(DYNAMIC)), T1),
-    (lambda: ModelDrafter(peaked()[2], tree=TreeShape.parse(DYNAMIC)), T07P),
-], ids=["staged-tree-t1", "staged-tree-t0.7-topp", "dynamic-t1", "dynamic-t0.7-topp"])
+@pytest.mark.parametrize(
+    "factory,cfg",
+    [
+        (lambda: _staged_peaked(STAGED_TREE), T1),
+        (lambda: _staged_peaked(STAGED_TREE), T07P),
+        (lambda: ModelDrafter(peaked()[2], tree=TreeShape.parse(DYNAMIC)), T1),
+        (lambda: ModelDrafter(peaked()[2], tree=TreeShape.parse(DYNAMIC)), T07P),
+    ],
+    ids=["staged-tree-t1", "staged-tree-t0.7-topp", "dynamic-t1", "dynamic-t0.7-topp"],
+)
 def test_trees_sample_the_target_at_positions_3_and_4(factory, cfg):
     """Chi-square (N = 6000, alpha = 1e-4) of the joint of the 3rd and 4th emitted tokens:
     trees of depth 3-4, so these come from accepted spine tokens, alternatives, residuals
@@ -260,7 +281,7 @@ def test_trees_sample_the_target_at_positions_3_and_4(factory, cfg):
 
 
 # ------------------------------------------------------------------ Sequoia's program
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _exact_trees(size: int, d: int, depth: int, width: int) -> tuple:
     """Every prefix-ranked subtree of exactly ``size`` nodes (its root included) whose root
     sits at depth d, as paths below that root."""
@@ -305,7 +326,7 @@ def test_program_prefers_a_chain_when_alternatives_never_win():
     acc[:, 0] = 0.8
     value, paths = best_trees(acc, 6, 6)
     assert sorted(paths(7)) == [(0,) * d for d in range(1, 7)]
-    assert value[7] == pytest.approx(sum(0.8 ** d for d in range(7)))
+    assert value[7] == pytest.approx(sum(0.8**d for d in range(7)))
 
 
 def test_acceptance_matrix_smooths_towards_the_all_depth_rate():
@@ -342,9 +363,20 @@ def test_choice_predicts_tokens_per_call_by_hand():
     {0, 1, 0-0} yields 1 + 0.6 + 0.2 + 0.6^2 = 2.16 tokens per call (a chain with a sibling
     at depth 2, {0, 0-0, 0-1}: 1 + 0.6 + 0.36 + 0.12 = 2.08); the calibration tree {0, 1,
     0-0, 0-1} would yield 2.28."""
-    cal = Calibration(key={}, widths=[2, 2], accept_counts=[[60, 20], [60, 20]], reached=[100, 100],
-                      verify_ms={"1": 10.0, "5": 10.0}, draft_fit_ms=[0.0, 0.0, 0.0], draft_points=[], rest_ms=0.0,
-                      process_ms={"1": 0.0}, calib_tokens_per_call=0.0, rounds=0, seconds=0.0)
+    cal = Calibration(
+        key={},
+        widths=[2, 2],
+        accept_counts=[[60, 20], [60, 20]],
+        reached=[100, 100],
+        verify_ms={"1": 10.0, "5": 10.0},
+        draft_fit_ms=[0.0, 0.0, 0.0],
+        draft_points=[],
+        rest_ms=0.0,
+        process_ms={"1": 0.0},
+        calib_tokens_per_call=0.0,
+        rounds=0,
+        seconds=0.0,
+    )
     c = choose(cal, AutoShape(max_nodes=3, widths=(2, 2)))
     assert sorted(map(tuple, c.paths)) == [(0,), (0, 0), (1,)]
     assert c.predicted_tokens_per_call == pytest.approx(2.16)
@@ -364,8 +396,9 @@ def test_tree_auto_calibrates_once_and_caches(tmp_path):
     assert {"threads", "dtype", "device", "hierarchy", "temperature", "plan"} <= set(cal["key"])
     assert sum(cal["reached"]) > 0 and len(cal["verify_ms"]) >= SMALL_AUTO.max_nodes + 1
     # greedy: the prediction is the chosen tree replayed on the calibration's rank traces
-    assert first.predicted_tokens_per_call == pytest.approx(replay([tuple(p) for p in first.paths],
-                                                                   cal["rank_traces"])[0])
+    assert first.predicted_tokens_per_call == pytest.approx(
+        replay([tuple(p) for p in first.paths], cal["rank_traces"])[0]
+    )
     assert first.params()["tree_auto.paths"].startswith("[[0]")
     assert "tree_auto.predicted_tokens_per_call" in first.metrics()
     # a new process (a new drafter) with the same setting reads the cache
@@ -375,8 +408,9 @@ def test_tree_auto_calibrates_once_and_caches(tmp_path):
     assert [list(p) for p in again.tree.paths] == first.paths
     # another temperature is another calibration
     again2 = ModelDrafter(_first1(), tree=SMALL_AUTO)
-    assert not resolve_auto_tree(again2, target, SamplingConfig(1.0), hierarchy_key=["small"],
-                                 cache_dir=tmp_path).cache_hit
+    assert not resolve_auto_tree(
+        again2, target, SamplingConfig(1.0), hierarchy_key=["small"], cache_dir=tmp_path
+    ).cache_hit
     assert len(list((tmp_path / "trees").glob("*.json"))) == 2
     # a resolved tree is a fixed shape: resolving again changes nothing
     assert resolve_auto_tree(again2, target, sampling, hierarchy_key=["small"], cache_dir=tmp_path) is None
@@ -437,9 +471,16 @@ def test_calibration_prompts_miss_the_first_questions_of_each_category(tmp_path,
 
     if not data.default_data_path().is_file():  # a bare clone: four questions in each of four categories
         path = tmp_path / "q.jsonl"
-        path.write_text("".join(json.dumps({"question_id": 10 * c + i, "category": f"cat{c}",
-                                            "turns": [f"Question {i} of category {c}?"]}) + "\n"
-                                for c in range(4) for i in range(4)))
+        path.write_text(
+            "".join(
+                json.dumps(
+                    {"question_id": 10 * c + i, "category": f"cat{c}", "turns": [f"Question {i} of category {c}?"]}
+                )
+                + "\n"
+                for c in range(4)
+                for i in range(4)
+            )
+        )
         monkeypatch.setenv(data.DATA_ENV, str(path))
     qs = data.load_questions(data.default_data_path())
     first = {tuple(encode_prompt(Tok(), q.turns[:1])) for q in data.balanced(qs, 2)}
@@ -468,8 +509,14 @@ def test_build_hierarchy_leaves_tree_auto_to_be_resolved_keyed_without_the_top_l
     monkeypatch.setenv("STAGEDSPEC_CACHE", str(tmp_path))
     target = tiny_target()
     first1 = ModelSpec(source="truncated", layers=1)
-    levels = [NgramLevel(k=2), ModelLevel(model=first1, k=3, tree={"auto": {
-        "max_nodes": 6, "widths": [2, 2], "prompts": 1, "tokens": 8, "repeats": 1}})]
+    levels = [
+        NgramLevel(k=2),
+        ModelLevel(
+            model=first1,
+            k=3,
+            tree={"auto": {"max_nodes": 6, "widths": [2, 2], "prompts": 1, "tokens": 8, "repeats": 1}},
+        ),
+    ]
     drafter = build_hierarchy(levels, target, loader=None)
     assert isinstance(drafter.tree, AutoShape) and not hasattr(drafter, "auto")
     assert hierarchy_key(levels) == hierarchy_key([levels[0], ModelLevel(model=first1, k=7, tree="auto")])
@@ -482,7 +529,6 @@ def test_build_hierarchy_leaves_tree_auto_to_be_resolved_keyed_without_the_top_l
 
 def test_feature_draft_tree_auto_greedy_equals_hf(tmp_path):
     from stagedspec.drafters.feature import FeatureDrafter
-
 
     target = tiny_target()
     drafter = FeatureDrafter(trained_drafts()[0], tree=SMALL_AUTO)
@@ -510,8 +556,11 @@ def test_dynamic_tree_at_a_staged_level_credits_only_the_spine_to_the_lower_leve
     deep nodes outscore shallow runners-up and pruning renumbers the tree (with the cache
     of pre-pruning node ids this credited 4 runner-up nodes here)."""
     target, _, layers = peaked()
-    drafter = _Recording(layers, tree=TreeShape.parse({"dynamic": {"budget": 4, "topk": 3, "depth": 4}}),
-                         lower=KatzNgramDrafter(V, k=3, order=2))
+    drafter = _Recording(
+        layers,
+        tree=TreeShape.parse({"dynamic": {"budget": 4, "topk": 3, "depth": 4}}),
+        lower=KatzNgramDrafter(V, k=3, order=2),
+    )
     prompts = [[1, 5, 2, 5, 2], [3, 1, 4, 1, 5], [2, 7, 1, 0, 2], [6, 6, 0, 3, 1]]
     SpeculativeDecoder(target.model, drafter, SamplingConfig()).generate(prompts, 24)
     credited = 0
