@@ -406,7 +406,27 @@ def test_report_md_mentions_every_figure_and_best_table(sweep):
 def test_parent_run_holds_report_artifacts(sweep):
     client = sweep["client"]
     paths = {a.path for a in client.list_artifacts(sweep["parent"], "report")}
-    assert paths == {"report/report.md"} | {f"report/{name}.png" for name in FIGURES}
+    assert paths == {"report/report.md", "report/runs.csv"} | {f"report/{name}.png" for name in FIGURES}
+
+
+def test_runs_csv_holds_one_row_per_job_with_its_metrics(sweep, tmp_path):
+    """runs.csv (the README's machine-readable source): every child once, its config and
+    metrics equal to what the run logged."""
+    import pandas as pd
+
+    from analysis.load import load_runs
+    from analysis.report import summary_frame
+
+    runs = load_runs(sweep["uri"], parent_run_id=sweep["parent"])
+    frame = summary_frame(runs)
+    assert len(frame) == len(runs) and frame["run"].is_unique
+    frame.to_csv(tmp_path / "runs.csv", index=False)
+    back = pd.read_csv(tmp_path / "runs.csv")
+    for row in back.to_dict("records"):
+        logged = sweep["client"].get_run(next(r for r in runs["run_id"] if r.startswith(row["run"]))).data.metrics
+        assert row["speedup"] == pytest.approx(logged["speedup"]) and row["tokens_per_s"] == pytest.approx(
+            logged["tokens_per_s"]
+        )
 
 
 def test_parent_run_carries_best_speedups_with_intervals(sweep):
