@@ -59,7 +59,8 @@ from .cli import entry_errors
 from .identity import config_hash, job_params, run_name
 from .plan import CONF_DIR, ConfigError, JobPlan, validate_cfg
 from .sweep_callback import parent_run_id, swept
-from .tracking import NoTracker, Tracker, child_note, tracker_for
+from .tracking import NoTracker, Tracker, tracker_for
+from .tracking_text import child_note
 from .view import job_page
 
 log = logging.getLogger(__name__)
