@@ -83,6 +83,29 @@ def corpus_dir(cache_dir: str | Path, target_name: str, spec: CorpusSpec, kernel
     return Path(cache_dir) / "distill" / f"{target_name}-{key}"
 
 
+def _answered(path: Path) -> dict[tuple[int, int, float], dict]:
+    """The records already in ``path``, by (prompt, turn, temperature): what a resumed run
+    need not answer again."""
+    done: dict[tuple[int, int, float], dict] = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:  # a line cut by a kill mid-write: redo it
+                continue
+            done[(rec["prompt"], rec["turn"], rec["temperature"])] = rec
+    return done
+
+
+def _conversation_ids(
+    target: LoadedModel, turns: list[str], i: int, turn: int, temp: float, done: dict[tuple[int, int, float], dict]
+) -> list[int]:
+    """Prompt ``i``'s turn ``turn`` as the target reads it, with the target's own earlier
+    answers (at ``temp``) as the history."""
+    history = [(turns[t], ids_to_text(target, done[(i, t, temp)]["answer"])) for t in range(turn)]
+    return encode(target, turns[turn], history)
+
+
 def build_corpus(target: LoadedModel, spec: CorpusSpec, path: str | Path, plan=None) -> list[dict]:
     """The target's answers to the training prompts, one JSON record per conversation in
     ``path`` (``ids``: the whole conversation as the target reads it, ``start``: index of
@@ -92,14 +115,7 @@ def build_corpus(target: LoadedModel, spec: CorpusSpec, path: str | Path, plan=N
     spec.validate()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    done: dict[tuple[int, int, float], dict] = {}
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:  # a line cut by a kill mid-write: redo it
-                continue
-            done[(rec["prompt"], rec["turn"], rec["temperature"])] = rec
+    done = _answered(path)
     prompts = training_prompts(spec.prompts, seed=spec.seed)
     eos = eos_token_ids(target)
     with path.open("a", encoding="utf-8") as f:
@@ -114,12 +130,7 @@ def build_corpus(target: LoadedModel, spec: CorpusSpec, path: str | Path, plan=N
                     idx = rows[start : start + spec.batch_size]
                     if all((i, turn, temp) in done for i in idx):
                         continue
-                    ids = []
-                    for i in idx:
-                        history = [
-                            (prompts[i][t], ids_to_text(target, done[(i, t, temp)]["answer"])) for t in range(turn)
-                        ]
-                        ids.append(encode(target, prompts[i][turn], history))
+                    ids = [_conversation_ids(target, prompts[i], i, turn, temp, done) for i in idx]
                     answers = generate_corpus(
                         target.model,
                         ids,
