@@ -31,6 +31,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -407,6 +408,73 @@ def cached_features(target: torch.nn.Module, records: list[dict], path: Path) ->
     return [have[k] for k in keys]
 
 
+def _corpus_and_features(
+    target: LoadedModel,
+    spec: DistillSpec,
+    work: Path,
+    kernels,
+    on_metrics: Callable[[dict[str, float], int | None], None],
+) -> tuple[list[dict], list[dict], list[torch.Tensor], list[torch.Tensor]]:
+    """The target's answers (``build_corpus``, cached in ``work``) split into training and
+    held-out records, their sizes reported, and each split's target features (cached)."""
+    records = build_corpus(target, spec.corpus, work / "corpus.jsonl", plan=kernels)
+    train, held = split_records(records, spec.heldout)
+    on_metrics(
+        {
+            "corpus_records": len(records),
+            "corpus_answer_tokens": sum(len(r["answer"]) for r in train),
+            "heldout_records": len(held),
+        },
+        None,
+    )
+    features = cached_features(target.model, train + held, work / "features.safetensors")
+    return train, held, features[: len(train)], features[len(train) :]
+
+
+def _train_design(
+    target: LoadedModel,
+    spec: DistillSpec,
+    design: str,
+    n_layers: int,
+    subset: torch.Tensor,
+    train: tuple[list[dict], list[torch.Tensor]],
+    held: tuple[list[dict], list[torch.Tensor]],
+    work: Path,
+    on_metrics: Callable[[dict[str, float], int | None], None],
+) -> tuple[DraftModel, dict[str, Any]]:
+    """One draft design built and trained on the ``train`` (records, features) split
+    (checkpointed in ``work``, each step's losses reported as ``<design>/<name>``), with
+    its held-out agreement before and after training, its training time and steps and its size."""
+    (train_records, f_train), (held_records, f_held) = train, held
+    held_seqs, held_starts = [r["ids"] for r in held_records], [r["start"] for r in held_records]
+    torch.manual_seed(spec.train.seed)
+    draft = build_draft(target.model, design, n_layers, subset, target.name)
+    before = agreement(draft, target.model, held_seqs, f_held, held_starts)
+
+    def log_step(step: int, m: dict[str, float]) -> None:
+        on_metrics({f"{design}/{k}": v for k, v in m.items()}, step)
+
+    key = hashlib_key({**asdict(spec), "design": design, "n_layers": n_layers})
+    state = train_draft(
+        draft,
+        [r["ids"] for r in train_records],
+        f_train,
+        spec.train,
+        checkpoint=work / f"{design}-{key}.ckpt",
+        on_step=log_step,
+        desc=f"train {design}",
+    )
+    after = agreement(draft, target.model, held_seqs, f_held, held_starts)
+    metrics = {
+        "heldout_agreement_untrained": before,
+        "heldout_agreement": after,
+        "train_seconds": state.seconds,
+        "train_steps": state.step,
+        **draft_size(draft),
+    }
+    return draft, metrics
+
+
 def distill(
     target: LoadedModel,
     spec: DistillSpec,
@@ -425,19 +493,8 @@ def distill(
         cache_dir, target.name, spec.corpus, getattr(kernels, "name", "hf") if kernels is not None else "hf"
     )
     out_dir.mkdir(parents=True, exist_ok=True)
-    records = build_corpus(target, spec.corpus, work / "corpus.jsonl", plan=kernels)
-    train, held = split_records(records, spec.heldout)
+    train, held, f_train, f_held = _corpus_and_features(target, spec, work, kernels, on_metrics)
     answers = [r["answer"] for r in train]
-    on_metrics(
-        {
-            "corpus_records": len(records),
-            "corpus_answer_tokens": sum(len(a) for a in answers),
-            "heldout_records": len(held),
-        },
-        None,
-    )
-    features = cached_features(target.model, train + held, work / "features.safetensors")
-    f_train, f_held = features[: len(train)], features[len(train) :]
     eos = eos_token_ids(target)
     subset = vocab_subset(answers, spec.vocab_size, target.vocab_size, always=eos)
     on_metrics(
@@ -450,34 +507,10 @@ def distill(
     paths = {"ngram": out_dir / "ngram.safetensors"}
     stream = [t for a in answers for t in (a if a and a[-1] in eos else a + eos[:1])]
     write_corpus(paths["ngram"], stream, target.vocab_size, source=f"{target.name} answers to training prompts")
-    seqs = [r["ids"] for r in train]
-    held_seqs, held_starts = [r["ids"] for r in held], [r["start"] for r in held]
     for design, n_layers in spec.designs.items():
-        torch.manual_seed(spec.train.seed)
-        draft = build_draft(target.model, design, n_layers, subset, target.name)
-        before = agreement(draft, target.model, held_seqs, f_held, held_starts)
-
-        def log_step(step: int, m: dict[str, float], design=design) -> None:
-            on_metrics({f"{design}/{k}": v for k, v in m.items()}, step)
-
-        key = hashlib_key({**asdict(spec), "design": design, "n_layers": n_layers})
-        state = train_draft(
-            draft,
-            seqs,
-            f_train,
-            spec.train,
-            checkpoint=work / f"{design}-{key}.ckpt",
-            on_step=log_step,
-            desc=f"train {design}",
+        draft, metrics = _train_design(
+            target, spec, design, n_layers, subset, (train, f_train), (held, f_held), work, on_metrics
         )
-        after = agreement(draft, target.model, held_seqs, f_held, held_starts)
-        metrics = {
-            "heldout_agreement_untrained": before,
-            "heldout_agreement": after,
-            "train_seconds": state.seconds,
-            "train_steps": state.step,
-            **draft_size(draft),
-        }
         on_metrics({f"{design}/{k}": float(v) for k, v in metrics.items()}, None)
         draft.meta.recipe = {**(recipe or {}), "provenance": provenance(target, kernels, work)}
         draft.meta.metrics = metrics
@@ -485,10 +518,10 @@ def distill(
         log.info(
             "%s draft: held-out agreement %.3f (untrained %.3f), %d steps in %.0f s -> %s",
             design,
-            after,
-            before,
-            state.step,
-            state.seconds,
+            metrics["heldout_agreement"],
+            metrics["heldout_agreement_untrained"],
+            metrics["train_steps"],
+            metrics["train_seconds"],
             paths[design],
         )
     return paths
