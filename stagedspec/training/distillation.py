@@ -43,7 +43,7 @@ from stagedspec.drafters.ngram_lm import write_corpus
 from stagedspec.models.chat_text import eos_token_ids
 from stagedspec.models.draft_files import DESIGNS, DraftModel, build_draft, draft_size, save_draft
 from stagedspec.models.model_loading import LoadedModel
-from .corpus import CorpusSpec, build_corpus, corpus_dir, coverage, target_features, vocab_subset
+from .corpus import CorpusSpec, corpus_dir, corpus_splits, coverage, vocab_subset
 
 log = logging.getLogger(__name__)
 
@@ -384,53 +384,6 @@ class DistillSpec:
             raise ValueError(f"heldout must be a share in (0, 1), got {self.heldout!r}")
 
 
-def split_records(records: list[dict], heldout: float) -> tuple[list[dict], list[dict]]:
-    """Train / held-out by prompt (every answer to a held-out prompt is held out)."""
-    prompts = sorted({r["prompt"] for r in records})
-    n_out = max(1, int(round(len(prompts) * heldout)))
-    out = set(prompts[-n_out:])
-    return [r for r in records if r["prompt"] not in out], [r for r in records if r["prompt"] in out]
-
-
-def cached_features(target: torch.nn.Module, records: list[dict], path: Path) -> list[torch.Tensor]:
-    """``target_features`` of every record, cached in ``path`` (keyed by record)."""
-    from safetensors.torch import load_file, save_file
-
-    keys = [f"{r['prompt']}/{r['turn']}/{r['temperature']}" for r in records]
-    have = load_file(str(path)) if path.is_file() else {}
-    missing = [i for i, k in enumerate(keys) if k not in have or have[k].shape[0] != len(records[i]["ids"])]
-    if missing:
-        feats = target_features(target, [records[i]["ids"] for i in missing])
-        have.update({keys[i]: f.contiguous() for i, f in zip(missing, feats)})
-        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-        save_file(have, str(tmp))
-        os.replace(tmp, path)
-    return [have[k] for k in keys]
-
-
-def _corpus_and_features(
-    target: LoadedModel,
-    spec: DistillSpec,
-    work: Path,
-    kernels,
-    on_metrics: Callable[[dict[str, float], int | None], None],
-) -> tuple[list[dict], list[dict], list[torch.Tensor], list[torch.Tensor]]:
-    """The target's answers (``build_corpus``, cached in ``work``) split into training and
-    held-out records, their sizes reported, and each split's target features (cached)."""
-    records = build_corpus(target, spec.corpus, work / "corpus.jsonl", plan=kernels)
-    train, held = split_records(records, spec.heldout)
-    on_metrics(
-        {
-            "corpus_records": len(records),
-            "corpus_answer_tokens": sum(len(r["answer"]) for r in train),
-            "heldout_records": len(held),
-        },
-        None,
-    )
-    features = cached_features(target.model, train + held, work / "features.safetensors")
-    return train, held, features[: len(train)], features[len(train) :]
-
-
 def _train_design(
     target: LoadedModel,
     spec: DistillSpec,
@@ -493,7 +446,7 @@ def distill(
         cache_dir, target.name, spec.corpus, getattr(kernels, "name", "hf") if kernels is not None else "hf"
     )
     out_dir.mkdir(parents=True, exist_ok=True)
-    train, held, f_train, f_held = _corpus_and_features(target, spec, work, kernels, on_metrics)
+    train, held, f_train, f_held = corpus_splits(target, spec.corpus, spec.heldout, work, kernels, on_metrics)
     answers = [r["answer"] for r in train]
     eos = eos_token_ids(target)
     subset = vocab_subset(answers, spec.vocab_size, target.vocab_size, always=eos)
