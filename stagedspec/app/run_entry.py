@@ -55,11 +55,13 @@ from stagedspec.evaluation.job import Job, NoRoomForPrompt, assemble_job
 from stagedspec.evaluation.paired import decode_paired, job_metrics
 from stagedspec.evaluation.prediction import calibration_ids, predict
 from stagedspec.models.chat_text import ids_to_text
+from stagedspec.models.model_loading import LoadedModel
 from .cli import entry_errors
 from .identity import config_hash, job_params, run_name
 from .plan import CONF_DIR, ConfigError, JobPlan, validate_cfg
 from .sweep_callback import parent_run_id, swept
-from .tracking import NoTracker, Tracker, child_note, tracker_for
+from .tracking import NoTracker, Tracker, tracker_for
+from .tracking_text import child_note
 from .view import job_page
 
 log = logging.getLogger(__name__)
@@ -148,16 +150,7 @@ def _run_job(
     if job.tree_choice is not None:  # the tree's prediction beside what the run measured (tokens_per_call)
         metrics.update(job.tree_choice.metrics())
     _write(out_dir, run.records + plain, metrics, config_yaml)
-    (out_dir / "view.html").write_text(
-        job_page(
-            plan.method,
-            [lv.name for lv in plan.levels],
-            run.records,
-            lambda ids: ids_to_text(target, ids),
-            {q.question_id: q.turns for q in plan.questions},
-        ),
-        encoding="utf-8",
-    )
+    _write_view(plan, target, run.records, out_dir)
     log.info(
         "%s: %.2f tok/s%s, %.2f tokens/call, acceptance %.3f over %d prompts -> %s",
         plan.method,
@@ -170,6 +163,20 @@ def _run_job(
     )
     _log_results(plan, out_dir, params, metrics, run.records, plain, tracker, run_id, name, job.tree_choice is not None)
     return metrics
+
+
+def _write_view(plan: JobPlan, target: LoadedModel, records: list[dict], out_dir: Path) -> None:
+    """``view.html``: which level wrote which token of each answer (``view.job_page``)."""
+    (out_dir / "view.html").write_text(
+        job_page(
+            plan.method,
+            [lv.name for lv in plan.levels],
+            records,
+            lambda ids: ids_to_text(target, ids),
+            {q.question_id: q.turns for q in plan.questions},
+        ),
+        encoding="utf-8",
+    )
 
 
 def _assemble(plan: JobPlan) -> Job:

@@ -37,7 +37,8 @@ dispatches on the plan active at call time (``with plan.active(): ...``), and po
 model's attention at a function that packs the query heads of each KV group together
 when a plan with ``gqa_packing`` is active. With no plan active both fall through to
 exactly what the model did before, so Hugging Face's own ``generate`` on the same model
-object is unchanged.
+object is unchanged. Beside this module: ``int4_kernels.py`` the 4-bit weights,
+``attention_kernels.py`` the packed attention, ``lean_whitelist.py`` which layers go lean.
 """
 
 from __future__ import annotations
@@ -53,6 +54,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .attention_kernels import packed_gqa_attention
+from .int4_kernels import INT4_GROUP, int4_fits, int4_pack
+from .lean_whitelist import LEAN_CHECK_RTOL, check_logits, is_llama_layer
+
 log = logging.getLogger(__name__)
 
 ATTN_NAME = "stagedspec_sdpa"
@@ -61,7 +66,6 @@ PATH_MKLDNN = "mkldnn"  # oneDNN with the weight reordered once (any row count)
 PATH_WXT = "wxt"  # (W @ x.T).T: the other operand order, which MKL runs as a different GEMM (any dtype;
 # in bfloat16 on CPUs without AVX-512, where oneDNN has no bfloat16 path, the only other choice)
 PATH_INT4 = "int4"  # 4-bit weights (groups of INT4_GROUP, scale and zero each): a draft's plan only
-INT4_GROUP = 32
 MKL_ROWS = (4, 8, 16)  # MKL sgemm with the weight packed for exactly b rows ("mkl4", ...)
 
 
@@ -190,46 +194,10 @@ def _mkldnn_pack(weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 8)
 
 
-def int4_quantize(weight: torch.Tensor, group: int = INT4_GROUP) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Asymmetric 4-bit quantization per group of ``group`` input columns: codes q in
-    0..15 ([out, in], int32), and per group the scale s and minimum m ([in / group, out]),
-    so that the weight is approximately q * s + m (exactly, where a group's values lie on a
-    16-level grid that reaches both ends, as a Q4_K GGUF block's do)."""
-    N, K = weight.shape
-    if K % group:
-        raise ValueError(f"4-bit weights need in_features divisible by {group}, got {K}")
-    w = weight.detach().float().reshape(N, K // group, group)
-    lo, hi = w.amin(-1), w.amax(-1)
-    scale = ((hi - lo) / 15).clamp(min=1e-12)
-    q = ((w - lo[..., None]) / scale[..., None]).round().clamp(0, 15).to(torch.int32).reshape(N, K)
-    return q, scale.T.contiguous(), lo.T.contiguous()
-
-
-def int4_fits(module: nn.Linear) -> bool:
-    """The 4-bit kernel takes weights with out_features a multiple of 16 and in_features a
-    multiple of the group (32); other Linears keep the plan's path at every row count."""
-    out_f, in_f = module.weight.shape
-    return out_f % 16 == 0 and in_f % INT4_GROUP == 0
-
-
-def int4_pack_codes(
-    q: torch.Tensor, scale: torch.Tensor, lo: torch.Tensor, dtype: torch.dtype
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Codes q ([out, in], 0..15) with per-group scale and minimum ([in / group, out], weight
-    ``q * scale + lo``) in the layout of torch's CPU int4 kernel, its scales in ``dtype``."""
-    # the kernel computes (q - 8) * scale + zero
-    scales_zeros = torch.stack([scale, lo + 8 * scale], -1).to(dtype)
-    return torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1), scales_zeros
-
-
-def _int4_pack(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return int4_pack_codes(*int4_quantize(weight), weight.dtype)
-
-
 def _pack(weight: torch.Tensor, path: str):
     """``weight`` reordered for a prepacked path (``mkldnn``, ``mklN`` or ``int4``)."""
     if path == PATH_INT4:
-        return _int4_pack(weight)
+        return int4_pack(weight)
     return _mkldnn_pack(weight) if path == PATH_MKLDNN else _mkl_pack(weight, int(path[3:]))
 
 
@@ -300,9 +268,9 @@ def available_paths(dtype: torch.dtype, device: torch.device) -> list[str]:
 def _packed_gqa_attention(
     module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs
 ):
-    """SDPA with the query heads of each KV group stacked as extra query rows, so the KV
-    cache is read as stored instead of repeated per query head (Hugging Face does this
-    for one query row; verification feeds several)."""
+    """The attention ``install`` points the model at: under a plan with ``gqa_packing``,
+    ``packed_gqa_attention`` (``attention_kernels.py``) for grouped-query heads; else
+    Hugging Face's own SDPA function, unchanged."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     plan = _ACTIVE
@@ -311,25 +279,7 @@ def _packed_gqa_attention(
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
         )
-    B, H, n, D = query.shape
-    Hkv, T = key.shape[1], key.shape[2]
-    if attention_mask is None and n > 1:  # plain causal rows at the end of the cache
-        attention_mask = torch.zeros(n, T, dtype=query.dtype, device=query.device)
-        attention_mask[:, T - n :] = torch.full(
-            (n, n), torch.finfo(query.dtype).min, dtype=query.dtype, device=query.device
-        ).triu(1)
-        attention_mask = attention_mask[None, None]
-    elif attention_mask is not None and attention_mask.dtype == torch.bool:
-        attention_mask = torch.zeros_like(attention_mask, dtype=query.dtype).masked_fill(
-            ~attention_mask, torch.finfo(query.dtype).min
-        )
-    q = query.reshape(B, Hkv, groups * n, D)  # head h = g * groups + r -> row r * n + i
-    mask = attention_mask
-    if mask is not None:
-        mask = mask[:, :, -n:, :] if mask.shape[2] != n else mask
-        mask = mask.repeat(1, 1, groups, 1) if n > 1 else mask
-    out = F.scaled_dot_product_attention(q, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling)
-    return out.reshape(B, H, n, D).transpose(1, 2).contiguous(), None
+    return packed_gqa_attention(query, key, value, attention_mask, groups, dropout=dropout, scaling=scaling)
 
 
 def _register_attention() -> None:
@@ -341,80 +291,6 @@ def _register_attention() -> None:
 
 
 # --------------------------------------------------------------------------- lean layers
-_TF = "transformers.models."
-LEAN_CLASSES: dict[str, tuple[str, str, str]] = {
-    _TF + "llama.modeling_llama.LlamaDecoderLayer": (
-        _TF + "llama.modeling_llama.LlamaAttention",
-        _TF + "llama.modeling_llama.LlamaMLP",
-        _TF + "llama.modeling_llama.LlamaRMSNorm",
-    ),
-    # Llama with biases on q/k/v (the fused GEMM carries them) and optional sliding-window
-    # layers (refused per layer below: the lean attention has no window)
-    _TF + "qwen2.modeling_qwen2.Qwen2DecoderLayer": (
-        _TF + "qwen2.modeling_qwen2.Qwen2Attention",
-        _TF + "qwen2.modeling_qwen2.Qwen2MLP",
-        _TF + "qwen2.modeling_qwen2.Qwen2RMSNorm",
-    ),
-}
-"""Decoder-layer classes whose mathematics ``_lean_layer_forward`` reproduces, with the
-attention, MLP and norm classes each is built from. By class, not by submodule names:
-Granite's layer has exactly Llama's submodules but scales each residual branch
-(``residual_multiplier``), SmolLM3's skips RoPE on some layers; names alone let both
-through and their logits changed."""
-
-_CONFIG_EXTRAS = (
-    "residual_multiplier",
-    "attention_multiplier",
-    "embedding_multiplier",
-    "no_rope_layers",
-    "no_rope_layer_interval",
-    "use_qk_norm",
-    "qk_layernorm",
-    "attn_logit_softcapping",
-)
-"""Config fields of families whose layers do more than Llama's; a whitelisted layer under
-a config that has one (a converted or hand-edited config) is left on Hugging Face's path."""
-
-_LAYER_PARTS = {"self_attn", "mlp", "input_layernorm", "post_attention_layernorm"}
-_ATTN_PARTS = {"q_proj", "k_proj", "v_proj", "o_proj"}
-_MLP_PARTS = {"gate_proj", "up_proj", "down_proj", "act_fn"}
-
-
-def _qualname(obj: object) -> str:
-    return f"{type(obj).__module__}.{type(obj).__qualname__}"
-
-
-def _is_llama_layer(layer: nn.Module) -> bool:
-    """A whitelisted decoder layer (``LEAN_CLASSES``) built from its own classes, with
-    exactly Llama's parts (pre-norm attention, gated MLP, RMS norms), fusable biases (all
-    of q/k/v, and gate/up, with or without), full attention and no config extras."""
-    parts = LEAN_CLASSES.get(_qualname(layer))
-    if parts is None or {n for n, _ in layer.named_children()} != _LAYER_PARTS:
-        return False
-    attn, mlp = layer.self_attn, layer.mlp
-    if (_qualname(attn), _qualname(mlp)) != parts[:2] or any(
-        _qualname(getattr(layer, n)) != parts[2] for n in ("input_layernorm", "post_attention_layernorm")
-    ):
-        return False
-    if {n for n, _ in attn.named_children()} != _ATTN_PARTS or {n for n, _ in mlp.named_children()} != _MLP_PARTS:
-        return False
-    if len({attn.q_proj.bias is None, attn.k_proj.bias is None, attn.v_proj.bias is None}) != 1 or (
-        mlp.gate_proj.bias is None
-    ) != (mlp.up_proj.bias is None):
-        return False
-    cfg = getattr(attn, "config", None)
-    layer_types = getattr(cfg, "layer_types", None)
-    idx = getattr(attn, "layer_idx", None)
-    return (
-        getattr(attn, "sliding_window", None) is None
-        and (layer_types is None or idx is None or layer_types[idx] == "full_attention")
-        and all(getattr(cfg, x, None) in (None, False) for x in _CONFIG_EXTRAS)
-        and all(hasattr(getattr(layer, n), "variance_epsilon") for n in ("input_layernorm", "post_attention_layernorm"))
-        and hasattr(attn, "head_dim")
-        and hasattr(attn, "scaling")
-    )
-
-
 def _fuse(parts: list[nn.Linear]) -> nn.Linear:
     """One Linear computing ``parts`` side by side; the parts' weights become views of
     the fused weight, so nothing is stored twice and their own forwards are unchanged."""
@@ -559,7 +435,7 @@ def install(model: nn.Module) -> nn.Module:
         if isinstance(mod, nn.Linear) and not hasattr(mod, "_stagedspec_packs"):
             mod._stagedspec_packs = {}
             mod.forward = types.MethodType(_dispatch_forward, mod)
-        elif not hasattr(mod, "_stagedspec_forward") and _is_llama_layer(mod):
+        elif not hasattr(mod, "_stagedspec_forward") and is_llama_layer(mod):
             mod._stagedspec_forward = mod.forward
             mod.forward = types.MethodType(_lean_layer_forward, mod)
     for mod in model.modules():  # the model itself, or the Hugging Face model inside a wrapper
@@ -575,32 +451,6 @@ LEAN_CHECK_PLAN = KernelPlan(name="lean-check", lean_layers=True, gqa_packing=Tr
 """What ``check_lean_layers`` compares with Hugging Face's path: the lean layers and the
 packed attention (the code that replaces HF's modules), every GEMM through ``F.linear``
 (the GEMM paths compute the same products, and are chosen per machine later)."""
-
-LEAN_CHECK_RTOL = {torch.float32: 1e-4, torch.float64: 1e-4, torch.bfloat16: 4e-2, torch.float16: 4e-2}
-"""Largest accepted ||logits - HF logits|| / ||HF logits|| (all positions, whole vocabulary).
-Measured on 8 tokens: float32, SmolLM2 3e-7 (the fused GEMMs and ``F.rms_norm`` sum in
-another order); bfloat16, 1.1e-2 (SmolLM2), 1.8e-2 (Qwen2.5-Coder 0.5B), 1.5e-2 (1.5B),
-where HF's own path fed as 1 + 7 instead of 5 + 3 tokens already moves 0.7-1.3e-2. Two
-broken forwards on the same models: no RoPE on every 4th layer 6.9-8.8e-2, the attention
-branch scaled by 0.9 6.5-7.8e-2 (float32 and bfloat16 alike). So float32 is checked
-tightly, half types between their rounding and those faults; a fault that moves the
-logits by less than ~5% passes a half-precision check, which is why the class whitelist
-comes first."""
-
-
-def _check_logits(model: nn.Module, ids: torch.Tensor, split: int) -> torch.Tensor:
-    """Logits at every position of ``ids``, fed as a prefill of ``split`` tokens and then
-    the rest through the cache (the two ways the engine calls a layer)."""
-    from transformers import DynamicCache
-
-    decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    cache = DynamicCache(config=decoder.config)  # filled in place
-    out: list[torch.Tensor] = []
-    for part in (ids[:, :split], ids[:, split:]):
-        h = decoder(input_ids=part, cache=cache, use_cache=True).last_hidden_state
-        out.append(h if head is None else head(h))
-    return torch.cat(out, 1).float()
 
 
 def check_lean_layers(model: nn.Module, tokens: int = 8) -> None:
@@ -620,10 +470,10 @@ def check_lean_layers(model: nn.Module, tokens: int = 8) -> None:
     classes = sorted({type(m).__name__ for m in lean})
     with torch.no_grad():
         with HF_PLAN.active():
-            ref = _check_logits(model, ids, tokens // 2 + 1)
+            ref = check_logits(model, ids, tokens // 2 + 1)
         try:
             with LEAN_CHECK_PLAN.active():
-                got = _check_logits(model, ids, tokens // 2 + 1)
+                got = check_logits(model, ids, tokens // 2 + 1)
             err = float((got - ref).norm() / ref.norm().clamp_min(1e-30))
         except Exception as e:  # noqa: BLE001 -- any failure of the lean forward is a refusal
             err, why = float("inf"), f"{type(e).__name__}: {e}"

@@ -80,6 +80,23 @@ def record_key(rec: dict) -> tuple:
     return (rec["method"], rec["batch"], rec["group"], rec["repeat"])
 
 
+def measurement_record(c: Cell, out: dict, seconds: float, config_hash: str, seed: int) -> dict:
+    """The log line of cell ``c``: what ran, its outputs and time, and the run's counters."""
+    return {
+        "config": config_hash,
+        "method": c.method,
+        "batch": c.batch,
+        "group": c.group,
+        "prompts": list(c.prompts),
+        "repeat": c.repeat,
+        "seed": seed + c.repeat,
+        "tokens": sum(len(o) for o in out["outputs"]),
+        "seconds": seconds,
+        "outputs": [list(map(int, o)) for o in out["outputs"]],
+        **{k: out.get(k) for k in ("target_calls", "target_forward_time", "rounds", "drafted", "accepted")},
+    }
+
+
 def run_measurements(
     methods: dict[str, RunFn],
     batches: dict[str, list[int]],
@@ -125,20 +142,7 @@ def run_measurements(
             batch = [prompts[i] for i in c.prompts]
             t0 = clock()
             out = methods[c.method](batch, max_new_tokens, seed + c.repeat)
-            seconds = clock() - t0
-            rec = {
-                "config": config_hash,
-                "method": c.method,
-                "batch": c.batch,
-                "group": c.group,
-                "prompts": list(c.prompts),
-                "repeat": c.repeat,
-                "seed": seed + c.repeat,
-                "tokens": sum(len(o) for o in out["outputs"]),
-                "seconds": seconds,
-                "outputs": [list(map(int, o)) for o in out["outputs"]],
-                **{k: out.get(k) for k in ("target_calls", "target_forward_time", "rounds", "drafted", "accepted")},
-            }
+            rec = measurement_record(c, out, clock() - t0, config_hash, seed)
             f.write(json.dumps(rec) + "\n")
             f.flush()
             os.fsync(f.fileno())

@@ -41,6 +41,73 @@ def _sum(recs: list[dict], key: str) -> float | None:
     return None if any(v is None for v in vals) or not vals else float(sum(vals))
 
 
+def _reference(records: list[dict], reference: str) -> tuple[dict[tuple[int, int], dict], dict[int, list[int]]]:
+    """The reference method's batch-1 measurements by (prompt, repeat), and its output per
+    prompt (HF greedy's output: its first repeat's)."""
+    ref = {(r["prompts"][0], r["repeat"]): r for r in records if r["method"] == reference and r["batch"] == 1}
+    ref_out: dict[int, list[int]] = {}
+    for (i, rep), r in sorted(ref.items()):
+        ref_out.setdefault(i, r["outputs"][0])
+    return ref, ref_out
+
+
+def _ref_tps(ref: dict[tuple[int, int], dict], idx: tuple[int, ...], rep: int) -> float | None:
+    """The reference's tokens/s over prompts ``idx`` in repeat ``rep`` (None if one is missing)."""
+    rs = [ref.get((i, rep)) for i in idx]
+    if any(r is None for r in rs):
+        return None
+    return sum(r["tokens"] for r in rs) / sum(r["seconds"] for r in rs)
+
+
+def _differing(recs: list[dict], ref_out: dict[int, list[int]]) -> int:
+    """How many prompts have an output other than the reference's."""
+    bad = set()
+    for r in recs:
+        for i, o in zip(r["prompts"], r["outputs"]):
+            if i in ref_out and o != ref_out[i]:
+                bad.add(i)
+    return len(bad)
+
+
+def _table_row(
+    method: str,
+    batch: int,
+    recs: list[dict],
+    ref: dict[tuple[int, int], dict],
+    ref_out: dict[int, list[int]],
+    greedy: bool,
+    min_s_per_call: float | None,
+) -> dict:
+    """One table row: a method at one batch size over ``recs``, its speedup a geometric mean
+    over prompt groups of median-over-repeats ratios to the reference."""
+    tokens, seconds = sum(r["tokens"] for r in recs), sum(r["seconds"] for r in recs)
+    per_group: dict[tuple[int, ...], list[tuple[float, float]]] = {}
+    for r in recs:
+        ref_r = _ref_tps(ref, tuple(r["prompts"]), r["repeat"])
+        if ref_r is not None:
+            per_group.setdefault(tuple(r["prompts"]), []).append((r["tokens"] / r["seconds"], ref_r))
+    ratios = [_median([a for a, _ in v]) / _median([b for _, b in v]) for v in per_group.values()]
+    g, lo, hi = geomean_ci(ratios) if ratios else (math.nan, math.nan, math.nan)
+    rounds, calls = _sum(recs, "rounds"), _sum(recs, "target_calls")
+    fwd, drafted, accepted = _sum(recs, "target_forward_time"), _sum(recs, "drafted"), _sum(recs, "accepted")
+    s_call = fwd / calls if fwd is not None and calls else None
+    return {
+        "method": method,
+        "batch": batch,
+        "prompts": len({i for r in recs for i in r["prompts"]}),
+        "measurements": len(recs),
+        "tokens_per_s": tokens / seconds if seconds else math.nan,
+        "speedup_vs_hf": g,
+        "ci": [lo, hi],
+        "groups": len(ratios),
+        "tokens_per_call": tokens / rounds if rounds else None,
+        "acceptance": accepted / drafted if drafted else None,
+        "differing_outputs": _differing(recs, ref_out) if greedy else None,
+        "s_per_target_call": s_call,
+        "min_s_per_target_call": min_s_per_call if s_call is not None else None,
+    }
+
+
 def summarize(
     records: list[dict],
     categories: list[str],
@@ -53,52 +120,10 @@ def summarize(
     by_row: dict[tuple[str, int], list[dict]] = {}
     for r in records:
         by_row.setdefault((r["method"], r["batch"]), []).append(r)
-    ref = {(r["prompts"][0], r["repeat"]): r for r in records if r["method"] == reference and r["batch"] == 1}
-    ref_out: dict[int, list[int]] = {}
-    for (i, rep), r in sorted(ref.items()):
-        ref_out.setdefault(i, r["outputs"][0])  # HF greedy's output: its first repeat's
-
-    def ref_tps(idx: tuple[int, ...], rep: int) -> float | None:
-        rs = [ref.get((i, rep)) for i in idx]
-        if any(r is None for r in rs):
-            return None
-        return sum(r["tokens"] for r in rs) / sum(r["seconds"] for r in rs)
+    ref, ref_out = _reference(records, reference)
 
     def row(method: str, batch: int, recs: list[dict]) -> dict:
-        tokens, seconds = sum(r["tokens"] for r in recs), sum(r["seconds"] for r in recs)
-        per_group: dict[tuple[int, ...], list[tuple[float, float]]] = {}
-        for r in recs:
-            ref_r = ref_tps(tuple(r["prompts"]), r["repeat"])
-            if ref_r is not None:
-                per_group.setdefault(tuple(r["prompts"]), []).append((r["tokens"] / r["seconds"], ref_r))
-        ratios = [_median([a for a, _ in v]) / _median([b for _, b in v]) for v in per_group.values()]
-        g, lo, hi = geomean_ci(ratios) if ratios else (math.nan, math.nan, math.nan)
-        rounds, calls = _sum(recs, "rounds"), _sum(recs, "target_calls")
-        fwd, drafted, accepted = _sum(recs, "target_forward_time"), _sum(recs, "drafted"), _sum(recs, "accepted")
-        differing = None
-        if greedy:
-            bad = set()
-            for r in recs:
-                for i, o in zip(r["prompts"], r["outputs"]):
-                    if i in ref_out and o != ref_out[i]:
-                        bad.add(i)
-            differing = len(bad)
-        s_call = fwd / calls if fwd is not None and calls else None
-        return {
-            "method": method,
-            "batch": batch,
-            "prompts": len({i for r in recs for i in r["prompts"]}),
-            "measurements": len(recs),
-            "tokens_per_s": tokens / seconds if seconds else math.nan,
-            "speedup_vs_hf": g,
-            "ci": [lo, hi],
-            "groups": len(ratios),
-            "tokens_per_call": tokens / rounds if rounds else None,
-            "acceptance": accepted / drafted if drafted else None,
-            "differing_outputs": differing,
-            "s_per_target_call": s_call,
-            "min_s_per_target_call": min_s_per_call if s_call is not None else None,
-        }
+        return _table_row(method, batch, recs, ref, ref_out, greedy, min_s_per_call)
 
     order = list(dict.fromkeys(r["method"] for r in records))
     keys = sorted(by_row, key=lambda k: (k[1], order.index(k[0])))

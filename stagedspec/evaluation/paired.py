@@ -232,6 +232,28 @@ def _units(run: MethodRun, ar: MethodRun | None, category: str | None = None) ->
     return [list(reps.values()) for _, reps in sorted(out.items())]
 
 
+CATEGORY_METRICS = (
+    "tokens_per_s",
+    "mean_acceptance_length",
+    "mean_accepted_tokens_per_call",
+    "mean_emitted_tokens_per_call",
+    "acceptance_rate",
+    "alpha_hat",
+)
+"""The metrics a job reports per category too (``<metric>/<category>``)."""
+
+
+def _category_metrics(run: MethodRun) -> dict[str, float]:
+    """``CATEGORY_METRICS`` of each of the run's categories, as ``<metric>/<category>``."""
+    m: dict[str, float] = {}
+    for c in run.categories:
+        s = _summary(run, c)
+        for key in CATEGORY_METRICS:
+            if key in s:
+                m[f"{key}/{c}"] = s[key]
+    return m
+
+
 def job_metrics(
     run: MethodRun, ar: MethodRun | None, greedy: bool, prediction: dict[str, float] | None = None
 ) -> dict[str, float]:
@@ -245,18 +267,7 @@ def job_metrics(
     m["repeats"] = float(max((b.repeat for b in run.batches), default=0) + 1)
     units = _units(run, None)
     m |= interval_metrics("tokens_per_s", rate_interval([[u[:2] for u in reps] for reps in units]))
-    for c in run.categories:
-        s = _summary(run, c)
-        for key in (
-            "tokens_per_s",
-            "mean_acceptance_length",
-            "mean_accepted_tokens_per_call",
-            "mean_emitted_tokens_per_call",
-            "acceptance_rate",
-            "alpha_hat",
-        ):
-            if key in s:
-                m[f"{key}/{c}"] = s[key]
+    m |= _category_metrics(run)
     merged = GenerationResult.merge(run.results())
     ar_merged = None
     if ar is not None and ar is not run:

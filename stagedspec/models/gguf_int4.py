@@ -37,7 +37,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from stagedspec.engine.kernels import INT4_GROUP, PATH_INT4, gemm_module_parts, int4_fits, int4_pack_codes, install
+from stagedspec.engine.int4_kernels import INT4_GROUP, int4_fits, int4_pack_codes
+from stagedspec.engine.kernels import PATH_INT4, gemm_module_parts, install
 
 log = logging.getLogger(__name__)
 

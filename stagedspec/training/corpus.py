@@ -2,13 +2,16 @@
 (``stagedspec/prompts/training_prompts.py``, never a benchmark's), generated in batches
 through the engine, greedy and sampled, and resumed batch by batch (``build_corpus``); the
 target's last hidden states over them (``target_features``); and the vocabulary subset of
-its most frequent tokens (``vocab_subset``, FR-Spec). Used by ``distillation.py``."""
+its most frequent tokens (``vocab_subset``, FR-Spec); the train / held-out split and the
+cached features distillation reads (``corpus_splits``). Used by ``distillation.py``."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -83,6 +86,29 @@ def corpus_dir(cache_dir: str | Path, target_name: str, spec: CorpusSpec, kernel
     return Path(cache_dir) / "distill" / f"{target_name}-{key}"
 
 
+def _answered(path: Path) -> dict[tuple[int, int, float], dict]:
+    """The records already in ``path``, by (prompt, turn, temperature): what a resumed run
+    need not answer again."""
+    done: dict[tuple[int, int, float], dict] = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:  # a line cut by a kill mid-write: redo it
+                continue
+            done[(rec["prompt"], rec["turn"], rec["temperature"])] = rec
+    return done
+
+
+def _conversation_ids(
+    target: LoadedModel, turns: list[str], i: int, turn: int, temp: float, done: dict[tuple[int, int, float], dict]
+) -> list[int]:
+    """Prompt ``i``'s turn ``turn`` as the target reads it, with the target's own earlier
+    answers (at ``temp``) as the history."""
+    history = [(turns[t], ids_to_text(target, done[(i, t, temp)]["answer"])) for t in range(turn)]
+    return encode(target, turns[turn], history)
+
+
 def build_corpus(target: LoadedModel, spec: CorpusSpec, path: str | Path, plan=None) -> list[dict]:
     """The target's answers to the training prompts, one JSON record per conversation in
     ``path`` (``ids``: the whole conversation as the target reads it, ``start``: index of
@@ -92,14 +118,7 @@ def build_corpus(target: LoadedModel, spec: CorpusSpec, path: str | Path, plan=N
     spec.validate()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    done: dict[tuple[int, int, float], dict] = {}
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:  # a line cut by a kill mid-write: redo it
-                continue
-            done[(rec["prompt"], rec["turn"], rec["temperature"])] = rec
+    done = _answered(path)
     prompts = training_prompts(spec.prompts, seed=spec.seed)
     eos = eos_token_ids(target)
     with path.open("a", encoding="utf-8") as f:
@@ -114,12 +133,7 @@ def build_corpus(target: LoadedModel, spec: CorpusSpec, path: str | Path, plan=N
                     idx = rows[start : start + spec.batch_size]
                     if all((i, turn, temp) in done for i in idx):
                         continue
-                    ids = []
-                    for i in idx:
-                        history = [
-                            (prompts[i][t], ids_to_text(target, done[(i, t, temp)]["answer"])) for t in range(turn)
-                        ]
-                        ids.append(encode(target, prompts[i][turn], history))
+                    ids = [_conversation_ids(target, prompts[i], i, turn, temp, done) for i in idx]
                     answers = generate_corpus(
                         target.model,
                         ids,
@@ -200,3 +214,52 @@ def coverage(sequences: list[list[int]], subset: torch.Tensor) -> float:
     s = set(subset.tolist())
     total = sum(len(x) for x in sequences)
     return sum(t in s for x in sequences for t in x) / total if total else 0.0
+
+
+def split_records(records: list[dict], heldout: float) -> tuple[list[dict], list[dict]]:
+    """Train / held-out by prompt (every answer to a held-out prompt is held out)."""
+    prompts = sorted({r["prompt"] for r in records})
+    n_out = max(1, int(round(len(prompts) * heldout)))
+    out = set(prompts[-n_out:])
+    return [r for r in records if r["prompt"] not in out], [r for r in records if r["prompt"] in out]
+
+
+def cached_features(target: torch.nn.Module, records: list[dict], path: Path) -> list[torch.Tensor]:
+    """``target_features`` of every record, cached in ``path`` (keyed by record)."""
+    from safetensors.torch import load_file, save_file
+
+    keys = [f"{r['prompt']}/{r['turn']}/{r['temperature']}" for r in records]
+    have = load_file(str(path)) if path.is_file() else {}
+    missing = [i for i, k in enumerate(keys) if k not in have or have[k].shape[0] != len(records[i]["ids"])]
+    if missing:
+        feats = target_features(target, [records[i]["ids"] for i in missing])
+        have.update({keys[i]: f.contiguous() for i, f in zip(missing, feats)})
+        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+        save_file(have, str(tmp))
+        os.replace(tmp, path)
+    return [have[k] for k in keys]
+
+
+def corpus_splits(
+    target: LoadedModel,
+    spec: CorpusSpec,
+    heldout: float,
+    work: Path,
+    plan,
+    on_metrics: Callable[[dict[str, float], int | None], None],
+) -> tuple[list[dict], list[dict], list[torch.Tensor], list[torch.Tensor]]:
+    """The target's answers (``build_corpus``, cached in ``work``) split into training and
+    held-out records (``split_records``, a ``heldout`` share of the prompts), their sizes
+    reported to ``on_metrics``, and each split's target features (``cached_features``)."""
+    records = build_corpus(target, spec, work / "corpus.jsonl", plan=plan)
+    train, held = split_records(records, heldout)
+    on_metrics(
+        {
+            "corpus_records": len(records),
+            "corpus_answer_tokens": sum(len(r["answer"]) for r in train),
+            "heldout_records": len(held),
+        },
+        None,
+    )
+    features = cached_features(target.model, train + held, work / "features.safetensors")
+    return train, held, features[: len(train)], features[len(train) :]

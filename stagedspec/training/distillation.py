@@ -31,6 +31,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -42,7 +43,7 @@ from stagedspec.drafters.ngram_lm import write_corpus
 from stagedspec.models.chat_text import eos_token_ids
 from stagedspec.models.draft_files import DESIGNS, DraftModel, build_draft, draft_size, save_draft
 from stagedspec.models.model_loading import LoadedModel
-from .corpus import CorpusSpec, build_corpus, corpus_dir, coverage, target_features, vocab_subset
+from .corpus import CorpusSpec, corpus_dir, corpus_splits, coverage, vocab_subset
 
 log = logging.getLogger(__name__)
 
@@ -383,28 +384,48 @@ class DistillSpec:
             raise ValueError(f"heldout must be a share in (0, 1), got {self.heldout!r}")
 
 
-def split_records(records: list[dict], heldout: float) -> tuple[list[dict], list[dict]]:
-    """Train / held-out by prompt (every answer to a held-out prompt is held out)."""
-    prompts = sorted({r["prompt"] for r in records})
-    n_out = max(1, int(round(len(prompts) * heldout)))
-    out = set(prompts[-n_out:])
-    return [r for r in records if r["prompt"] not in out], [r for r in records if r["prompt"] in out]
+def _train_design(
+    target: LoadedModel,
+    spec: DistillSpec,
+    design: str,
+    n_layers: int,
+    subset: torch.Tensor,
+    train: tuple[list[dict], list[torch.Tensor]],
+    held: tuple[list[dict], list[torch.Tensor]],
+    work: Path,
+    on_metrics: Callable[[dict[str, float], int | None], None],
+) -> tuple[DraftModel, dict[str, Any]]:
+    """One draft design built and trained on the ``train`` (records, features) split
+    (checkpointed in ``work``, each step's losses reported as ``<design>/<name>``), with
+    its held-out agreement before and after training, its training time and steps and its size."""
+    (train_records, f_train), (held_records, f_held) = train, held
+    held_seqs, held_starts = [r["ids"] for r in held_records], [r["start"] for r in held_records]
+    torch.manual_seed(spec.train.seed)
+    draft = build_draft(target.model, design, n_layers, subset, target.name)
+    before = agreement(draft, target.model, held_seqs, f_held, held_starts)
 
+    def log_step(step: int, m: dict[str, float]) -> None:
+        on_metrics({f"{design}/{k}": v for k, v in m.items()}, step)
 
-def cached_features(target: torch.nn.Module, records: list[dict], path: Path) -> list[torch.Tensor]:
-    """``target_features`` of every record, cached in ``path`` (keyed by record)."""
-    from safetensors.torch import load_file, save_file
-
-    keys = [f"{r['prompt']}/{r['turn']}/{r['temperature']}" for r in records]
-    have = load_file(str(path)) if path.is_file() else {}
-    missing = [i for i, k in enumerate(keys) if k not in have or have[k].shape[0] != len(records[i]["ids"])]
-    if missing:
-        feats = target_features(target, [records[i]["ids"] for i in missing])
-        have.update({keys[i]: f.contiguous() for i, f in zip(missing, feats)})
-        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-        save_file(have, str(tmp))
-        os.replace(tmp, path)
-    return [have[k] for k in keys]
+    key = hashlib_key({**asdict(spec), "design": design, "n_layers": n_layers})
+    state = train_draft(
+        draft,
+        [r["ids"] for r in train_records],
+        f_train,
+        spec.train,
+        checkpoint=work / f"{design}-{key}.ckpt",
+        on_step=log_step,
+        desc=f"train {design}",
+    )
+    after = agreement(draft, target.model, held_seqs, f_held, held_starts)
+    metrics = {
+        "heldout_agreement_untrained": before,
+        "heldout_agreement": after,
+        "train_seconds": state.seconds,
+        "train_steps": state.step,
+        **draft_size(draft),
+    }
+    return draft, metrics
 
 
 def distill(
@@ -425,19 +446,8 @@ def distill(
         cache_dir, target.name, spec.corpus, getattr(kernels, "name", "hf") if kernels is not None else "hf"
     )
     out_dir.mkdir(parents=True, exist_ok=True)
-    records = build_corpus(target, spec.corpus, work / "corpus.jsonl", plan=kernels)
-    train, held = split_records(records, spec.heldout)
+    train, held, f_train, f_held = corpus_splits(target, spec.corpus, spec.heldout, work, kernels, on_metrics)
     answers = [r["answer"] for r in train]
-    on_metrics(
-        {
-            "corpus_records": len(records),
-            "corpus_answer_tokens": sum(len(a) for a in answers),
-            "heldout_records": len(held),
-        },
-        None,
-    )
-    features = cached_features(target.model, train + held, work / "features.safetensors")
-    f_train, f_held = features[: len(train)], features[len(train) :]
     eos = eos_token_ids(target)
     subset = vocab_subset(answers, spec.vocab_size, target.vocab_size, always=eos)
     on_metrics(
@@ -450,34 +460,10 @@ def distill(
     paths = {"ngram": out_dir / "ngram.safetensors"}
     stream = [t for a in answers for t in (a if a and a[-1] in eos else a + eos[:1])]
     write_corpus(paths["ngram"], stream, target.vocab_size, source=f"{target.name} answers to training prompts")
-    seqs = [r["ids"] for r in train]
-    held_seqs, held_starts = [r["ids"] for r in held], [r["start"] for r in held]
     for design, n_layers in spec.designs.items():
-        torch.manual_seed(spec.train.seed)
-        draft = build_draft(target.model, design, n_layers, subset, target.name)
-        before = agreement(draft, target.model, held_seqs, f_held, held_starts)
-
-        def log_step(step: int, m: dict[str, float], design=design) -> None:
-            on_metrics({f"{design}/{k}": v for k, v in m.items()}, step)
-
-        key = hashlib_key({**asdict(spec), "design": design, "n_layers": n_layers})
-        state = train_draft(
-            draft,
-            seqs,
-            f_train,
-            spec.train,
-            checkpoint=work / f"{design}-{key}.ckpt",
-            on_step=log_step,
-            desc=f"train {design}",
+        draft, metrics = _train_design(
+            target, spec, design, n_layers, subset, (train, f_train), (held, f_held), work, on_metrics
         )
-        after = agreement(draft, target.model, held_seqs, f_held, held_starts)
-        metrics = {
-            "heldout_agreement_untrained": before,
-            "heldout_agreement": after,
-            "train_seconds": state.seconds,
-            "train_steps": state.step,
-            **draft_size(draft),
-        }
         on_metrics({f"{design}/{k}": float(v) for k, v in metrics.items()}, None)
         draft.meta.recipe = {**(recipe or {}), "provenance": provenance(target, kernels, work)}
         draft.meta.metrics = metrics
@@ -485,10 +471,10 @@ def distill(
         log.info(
             "%s draft: held-out agreement %.3f (untrained %.3f), %d steps in %.0f s -> %s",
             design,
-            after,
-            before,
-            state.step,
-            state.seconds,
+            metrics["heldout_agreement"],
+            metrics["heldout_agreement_untrained"],
+            metrics["train_steps"],
+            metrics["train_seconds"],
             paths[design],
         )
     return paths

@@ -142,30 +142,15 @@ def calibrate(
     cache = Path(cache_dir or os.environ.get("STAGEDSPEC_CACHE") or "~/.cache/stagedspec").expanduser() / "kernels"
     f = cache / f"{digest}.json"
     if f.is_file():
-        cal = Calibration(**json.loads(f.read_text()))
-        plan = KernelPlan(
-            **{**cal.plan, "linear": tuple(cal.plan["linear"]), "long_path": long_path_for(cal.plan["linear"])}
-        )
-        log.info("kernel plan from %s: %s", f, plan.describe())
-        return plan, cal
+        return _cached(f)
     t0 = time.perf_counter()
     paths = available_paths(p.dtype, p.device)
     mods = gemm_modules(model)
-    times: dict[str, dict[str, float]] = {}
-    if len(paths) > 1:  # untimed: page in weights a fresh load left on disk, pack each path once
-        for q in [q for q in paths if not q.startswith("mkl") or q == PATH_MKLDNN]:  # each mklN packs in its own pass
-            _time_pass(mods, [torch.randn(1, mod.in_features, dtype=p.dtype, device=p.device) for mod in mods], q, 1)
-    for m in range(1, max_rows + 1) if len(paths) > 1 else ():  # one path: nothing to choose, nothing to time
-        xs = [torch.randn(m, mod.in_features, dtype=p.dtype, device=p.device) for mod in mods]
-        cands = [q for q in paths if not q.startswith("mkl") or q == PATH_MKLDNN or m <= int(q[3:]) < 2 * m]
-        times[str(m)] = {q: _time_pass(mods, xs, q, reps) for q in cands}
+    times = _time_paths(mods, paths, max_rows, reps, p.dtype, p.device)
     linear = choose_paths(times, max_packs) if times else [PATH_LINEAR] * max_rows
     int4_ms = _time_exact_int4(model, linear, reps)
     int4_rows = next((int(m) - 1 for m, t in int4_ms.items() if t["int4"] >= t["dense"]), len(int4_ms))
-    for mod in mods:  # drop the packs the plan does not use
-        for q in list(mod._stagedspec_packs):
-            if q not in linear and not (q == PATH_INT4 and getattr(mod, "_stagedspec_int4_exact", False)):
-                del mod._stagedspec_packs[q]
+    _drop_unused_packs(mods, linear)
     plan = KernelPlan(
         name=name,
         linear=tuple(linear),
@@ -186,6 +171,43 @@ def calibrate(
     write_json_atomically(f, asdict(cal), "kernel calibration", shown=cache)
     log.info("calibrated kernels in %.1f s: %s", cal.seconds, plan.describe())
     return plan, cal
+
+
+def _cached(f: Path) -> tuple[KernelPlan, Calibration]:
+    """The plan and calibration a cache file ``f`` holds."""
+    cal = Calibration(**json.loads(f.read_text()))
+    plan = KernelPlan(
+        **{**cal.plan, "linear": tuple(cal.plan["linear"]), "long_path": long_path_for(cal.plan["linear"])}
+    )
+    log.info("kernel plan from %s: %s", f, plan.describe())
+    return plan, cal
+
+
+def _time_paths(
+    mods: list[nn.Linear], paths: list[str], max_rows: int, reps: int, dtype: torch.dtype, device: torch.device
+) -> dict[str, dict[str, float]]:
+    """Milliseconds of each candidate path over ``mods`` per row count 1..max_rows (``{}``
+    with one path: nothing to choose, nothing to time). MKL's ``mklN`` is a candidate from
+    N / 2 to N rows."""
+    times: dict[str, dict[str, float]] = {}
+    if len(paths) < 2:
+        return times
+    # untimed: page in weights a fresh load left on disk, pack each path once
+    for q in [q for q in paths if not q.startswith("mkl") or q == PATH_MKLDNN]:  # each mklN packs in its own pass
+        _time_pass(mods, [torch.randn(1, mod.in_features, dtype=dtype, device=device) for mod in mods], q, 1)
+    for m in range(1, max_rows + 1):
+        xs = [torch.randn(m, mod.in_features, dtype=dtype, device=device) for mod in mods]
+        cands = [q for q in paths if not q.startswith("mkl") or q == PATH_MKLDNN or m <= int(q[3:]) < 2 * m]
+        times[str(m)] = {q: _time_pass(mods, xs, q, reps) for q in cands}
+    return times
+
+
+def _drop_unused_packs(mods: list[nn.Linear], linear: list[str]) -> None:
+    """Free the prepacked weights the plan's paths do not use (a GGUF's own 4-bit codes stay)."""
+    for mod in mods:
+        for q in list(mod._stagedspec_packs):
+            if q not in linear and not (q == PATH_INT4 and getattr(mod, "_stagedspec_int4_exact", False)):
+                del mod._stagedspec_packs[q]
 
 
 def _time_exact_int4(model: nn.Module, linear: list[str], reps: int) -> dict[str, dict[str, float]]:

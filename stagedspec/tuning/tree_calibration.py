@@ -217,6 +217,44 @@ def verify_sizes(max_positions: int) -> list[int]:
     return sorted(sizes)
 
 
+def _decode_one_by_one(
+    dec: SpeculativeDecoder, rec: RankRecorder, prompts: list[list[int]], tokens: int
+) -> tuple[int, int, float, float, float, list[list[int]]]:
+    """Each prompt decoded alone (batch 1: the setting whose costs the program weighs), ``rec``
+    counting the accepted ranks. Returns the target calls, the tokens emitted, the seconds
+    spent drafting, in target forwards and in all, and each prompt followed by its output."""
+    calls = emitted = 0
+    draft_s = fwd_s = wall_s = 0.0
+    contexts = []
+    for p in prompts:
+        rec.last = []
+        res = dec.generate([p], tokens)
+        seq = res.sequences[0]
+        if rec.last:
+            ctx, tree = rec.last[0]
+            rec.observe(tree, (p + seq.output_ids)[len(ctx) :])
+        calls += res.target_calls
+        emitted += len(seq.output_ids)
+        draft_s += sum(t.draft for t in res.phase_times)
+        fwd_s += res.target_forward_time
+        wall_s += sum(t.total for t in res.phase_times)
+        contexts.append(p + seq.output_ids)
+    return calls, emitted, draft_s, fwd_s, wall_s, contexts
+
+
+def _draft_points(
+    drafter, ctx: list[int], sampling: SamplingConfig, plan: KernelPlan, auto: AutoShape, target_model
+) -> list[list[float]]:
+    """(depth, size, ms) of a proposal for three shapes (a 1-chain, a full-depth chain and a
+    bushy tree): the points ``_fit_draft`` fits the draft's cost to."""
+    gen = torch.Generator().manual_seed(sampling.seed)
+    bushy = widths_to_paths([3, 2, 2])
+    return [
+        [float(s.depth), float(s.size), _time_propose(drafter, ctx, s, sampling, gen, plan, auto.repeats, target_model)]
+        for s in (chain(1), chain(auto.depth), bushy)
+    ]
+
+
 def calibrate(
     drafter,
     target,
@@ -242,22 +280,7 @@ def calibrate(
     dec.generate([prompts[0][-16:]], 4)  # warm-up: first forwards allocate
     rec.counts = [[0] * max(auto.widths) for _ in range(auto.depth)]
     rec.reached = [0] * auto.depth
-    calls = emitted = 0
-    draft_s = fwd_s = wall_s = 0.0
-    contexts = []
-    for p in prompts:  # batch 1: the setting whose costs the program weighs
-        rec.last = []
-        res = dec.generate([p], auto.tokens)
-        seq = res.sequences[0]
-        if rec.last:
-            ctx, tree = rec.last[0]
-            rec.observe(tree, (p + seq.output_ids)[len(ctx) :])
-        calls += res.target_calls
-        emitted += len(seq.output_ids)
-        draft_s += sum(t.draft for t in res.phase_times)
-        fwd_s += res.target_forward_time
-        wall_s += sum(t.total for t in res.phase_times)
-        contexts.append(p + seq.output_ids)
+    calls, emitted, draft_s, fwd_s, wall_s, contexts = _decode_one_by_one(dec, rec, prompts, auto.tokens)
     traces = (
         _rank_traces(drafter, target.model, prompts, contexts, max(auto.widths), sampling, plan)
         if sampling.greedy
@@ -268,17 +291,7 @@ def calibrate(
     sizes = verify_sizes(max(positions, shape.size + 1))
     verify = _time_verify(target.model, ctx, sizes, plan, auto.repeats)
     process = _time_process(sampling, target.vocab_size, sizes, auto.repeats)
-    gen = torch.Generator().manual_seed(sampling.seed)
-    bushy = widths_to_paths([3, 2, 2])
-    draft_points = []
-    for s in (chain(1), chain(auto.depth), bushy):
-        draft_points.append(
-            [
-                float(s.depth),
-                float(s.size),
-                _time_propose(drafter, ctx, s, sampling, gen, plan, auto.repeats, target.model),
-            ]
-        )
+    draft_points = _draft_points(drafter, ctx, sampling, plan, auto, target.model)
     rest_ms = 1000 * (wall_s - draft_s - fwd_s) / max(calls, 1) - interp(process, shape.size + 1)
     return Calibration(
         key=key,

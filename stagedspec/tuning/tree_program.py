@@ -22,6 +22,7 @@ research script), and the measurement is this engine's own.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -234,6 +235,43 @@ def _from_replay(acc: list, offered: list, fallback: np.ndarray) -> np.ndarray:
     return out
 
 
+def _new_candidates(
+    accept: np.ndarray,
+    auto: AutoShape,
+    traces: list[list[int]],
+    cost: Callable[[int, int], float],
+    seen: dict[tuple, float],
+    it: int,
+) -> list[dict]:
+    """Pass ``it``'s proposals not ``seen`` before: the program's best tree of each size
+    and depth under ``accept``, each with its tokens per call (replayed on ``traces`` when
+    there are any, else the program's value) and its ``cost`` in ms; ``seen`` grows."""
+    rows = []
+    for depth in range(1, auto.depth + 1):
+        value, paths = best_trees(accept, auto.max_nodes, depth)
+        for n in range(2, auto.max_nodes + 2):
+            if not np.isfinite(value[n]):
+                continue
+            tree = tuple(sorted(paths(n), key=lambda p: (len(p), p)))
+            if tree in seen:
+                continue
+            d = max(len(p) for p in tree)
+            tpc = replay(tree, traces)[0] if traces else float(value[n])
+            seen[tree] = tpc
+            rows.append(
+                {
+                    "nodes": n - 1,
+                    "depth": d,
+                    "tokens_per_call": tpc,
+                    "program": float(value[n]),
+                    "ms": cost(n, d),
+                    "pass": it,
+                    "paths": [list(p) for p in tree],
+                }
+            )
+    return rows
+
+
 def choose(
     cal: Calibration, auto: AutoShape, cache_hit: bool = False, cache_file: str | None = None, iterations: int = 3
 ) -> Choice:
@@ -256,30 +294,10 @@ def choose(
     candidates: list[dict] = []
     seen: dict[tuple, float] = {}
     for it in range(iterations if traces else 1):
-        for depth in range(1, auto.depth + 1):
-            value, paths = best_trees(accept, auto.max_nodes, depth)
-            for n in range(2, auto.max_nodes + 2):
-                if not np.isfinite(value[n]):
-                    continue
-                tree = tuple(sorted(paths(n), key=lambda p: (len(p), p)))
-                if tree in seen:
-                    continue
-                d = max(len(p) for p in tree)
-                tpc = replay(tree, traces)[0] if traces else float(value[n])
-                seen[tree] = tpc
-                ms = cost(n, d)
-                row = {
-                    "nodes": n - 1,
-                    "depth": d,
-                    "tokens_per_call": tpc,
-                    "program": float(value[n]),
-                    "ms": ms,
-                    "pass": it,
-                    "paths": [list(p) for p in tree],
-                }
-                candidates.append(row)
-                if best is None or tpc / ms > best["tokens_per_call"] / best["ms"] * (1 + 1e-9):
-                    best = row
+        for row in _new_candidates(accept, auto, traces, cost, seen, it):
+            candidates.append(row)
+            if best is None or row["tokens_per_call"] / row["ms"] > best["tokens_per_call"] / best["ms"] * (1 + 1e-9):
+                best = row
         if traces and best is not None:
             _, acc, offered = replay([tuple(p) for p in best["paths"]], traces)
             accept = _from_replay(acc, offered, acceptance_matrix(cal.accept_counts, cal.reached))

@@ -12,7 +12,8 @@ from hydra import compose, initialize_config_dir
 from analysis.load import load_runs
 from stagedspec.app.identity import job_params, run_name, sweep_name
 from stagedspec.app.plan import CONF_DIR, ConfigError, validate_cfg
-from stagedspec.app.tracking import HEADLINE, Tracker, child_note, context_tags, headline_view, speedup_text
+from stagedspec.app.tracking import Tracker, context_tags
+from stagedspec.app.tracking_text import HEADLINE, child_note, headline_view, speedup_text
 from stagedspec.app.validation import check_keys, unknown_key
 
 

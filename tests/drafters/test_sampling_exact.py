@@ -38,7 +38,7 @@ from stagedspec.drafters import (
     ngram_drafters,
     tree_growth,
 )
-from stagedspec.engine import decoding, kernels, verification
+from stagedspec.engine import attention_kernels, decoding, kernels, verification
 from stagedspec.engine.kernels import HF_PLAN, KernelPlan, available_paths
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.engine.tree import TreeShape
@@ -241,10 +241,10 @@ def _fast_plan_causal_leak(monkeypatch):
     kernels.install(draft)
     mutate(
         monkeypatch,
-        [],
-        kernels,
-        "_packed_gqa_attention",
-        [("device=query.device).triu(1)", "device=query.device).triu(2)")],
+        [kernels],
+        attention_kernels,
+        "packed_gqa_attention",
+        [(").triu(1)", ").triu(2)")],
     )
 
 

@@ -15,6 +15,7 @@ from transformers import DynamicCache
 
 from stagedspec.engine import kernels
 from stagedspec.engine.decoding import SpeculativeDecoder
+from stagedspec.engine.int4_kernels import int4_quantize
 from stagedspec.engine.kernels import HF_PLAN, KernelPlan, available_paths, long_path_for
 from stagedspec.tuning.kernel_calibration import choose_paths, calibrate
 from stagedspec.engine.kv_cache import KVModel, SlotLayer
@@ -308,7 +309,7 @@ def test_int4_path_multiplies_by_the_dequantized_4bit_weight():
         lin.bias.copy_(torch.randn(48, generator=g))
     lin._stagedspec_packs = {}
     x = torch.randn(2, 64, generator=g)
-    q, scale, lo = kernels.int4_quantize(lin.weight)
+    q, scale, lo = int4_quantize(lin.weight)
     assert q.shape == (48, 64) and int(q.min()) == 0 and int(q.max()) == 15 and scale.shape == lo.shape == (2, 48)
     deq = (q.float().reshape(48, 2, 32) * scale.T[..., None] + lo.T[..., None]).reshape(48, 64)
     y = kernels.apply_path(lin, kernels.PATH_INT4, x)
