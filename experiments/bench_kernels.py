@@ -22,7 +22,7 @@ from types import SimpleNamespace
 import torch
 
 from stagedspec.engine.decoding import SpeculativeDecoder
-from stagedspec.engine.kernels import HF_PLAN, KernelPlan, available_paths
+from stagedspec.engine.kernels import HF_KERNELS, KernelChoice, available_paths
 from stagedspec.engine.kv_cache import KVModel
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.evaluation.bench_methods import hf_generate
@@ -69,10 +69,10 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     target = load_model(ModelSpec(source="embedded"))
     fast, cal = calibrate(target.model)
-    plans = {"hf": HF_PLAN, "fast": fast}
+    plans = {"hf": HF_KERNELS, "fast": fast}
     if args.single_paths:
         for path in available_paths(torch.float32, torch.device("cpu")):
-            plans[f"all-{path}"] = KernelPlan(name=path, linear=(path,) * max(NS), gqa_packing=True, slot_cache=True)
+            plans[f"all-{path}"] = KernelChoice(name=path, linear=(path,) * max(NS), gqa_packing=True, slot_cache=True)
     g = torch.Generator().manual_seed(0)
     context = torch.randint(0, target.vocab_size, (args.context,), generator=g).tolist()
     kvs = {}

@@ -53,7 +53,7 @@ import transformers
 
 from analysis.peers_figure import draw
 from stagedspec.app.tracking import Tracker, context_tags
-from stagedspec.engine.kernels import HF_PLAN
+from stagedspec.engine.kernels import HF_KERNELS
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.evaluation.bench_log import run_measurements
 from stagedspec.evaluation.bench_machine import copy_bandwidth, read_bandwidth, step_bytes
@@ -260,7 +260,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    weight_plans(HF_PLAN, args.weights)  # a bad --weights or --prompt-lookup fails here, before anything loads
+    weight_plans(HF_KERNELS, args.weights)  # a bad --weights or --prompt-lookup fails here, before anything loads
     prompt_lookup_settings(args.prompt_lookup)
     torch.set_num_threads(args.threads)
     out = Path(args.out) if args.out else REPO / "outputs" / "peers" / args.data

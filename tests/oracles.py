@@ -26,7 +26,7 @@ import torch
 
 from stagedspec.drafters import ModelDrafter
 from stagedspec.engine.decoding import SpeculativeDecoder
-from stagedspec.engine.kernels import HF_PLAN, KernelPlan
+from stagedspec.engine.kernels import HF_KERNELS, KernelChoice
 from stagedspec.engine.kv_cache import KVModel
 from stagedspec.engine.sampling import SamplingConfig, probabilities
 from stagedspec.models.draft_files import build_draft
@@ -145,7 +145,7 @@ def chi2(counts: torch.Tensor, probs: torch.Tensor) -> tuple[float, int]:
 
 
 def draw(
-    drafter_factory, cfg: SamplingConfig, n: int, batch: int = 1000, plan: KernelPlan = HF_PLAN
+    drafter_factory, cfg: SamplingConfig, n: int, batch: int = 1000, plan: KernelChoice = HF_KERNELS
 ) -> dict[tuple[int, int], torch.Tensor]:
     """Counts of each pair of emitted tokens over ``n`` rows, ``batch`` rows per decode,
     every forward (target and draft levels) through ``plan``."""
@@ -165,7 +165,7 @@ def draw(
 
 
 def statistics(
-    factory, cfg: SamplingConfig, n: int | None = None, plan: KernelPlan = HF_PLAN
+    factory, cfg: SamplingConfig, n: int | None = None, plan: KernelChoice = HF_KERNELS
 ) -> list[tuple[str, float, int, float]]:
     """(pair, chi2, df, Bonferroni critical value) for each tested pair; the exact joints
     always come from Hugging Face's own forward, whatever ``plan`` the decoding uses."""
@@ -244,7 +244,7 @@ def draw_positions_3_4(factory, cfg: SamplingConfig, n: int, batch: int = 1000) 
 
 
 # ---------------------------------------------------------------------------- kernels
-def logits_by_row_count(model, plan: KernelPlan, prefix: list[int], toks: list[int]):
+def logits_by_row_count(model, plan: KernelChoice, prefix: list[int], toks: list[int]):
     """Logits after each of ``toks`` (over a cached ``prefix``): fed one row per forward
     (plain decoding), and all in one forward of len(toks) rows (a verification)."""
     one = KVModel(model, plan=plan)

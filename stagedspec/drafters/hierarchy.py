@@ -239,7 +239,7 @@ class ModelLevel(_TreeLevel):
     softmax when greedy, q when sampling); k is then a cap. 0: always draft k."""
     int4_rows: int = 0
     """Forwards of at most this many rows multiply by 4-bit copies of the model's weights
-    (``engine/kernels.py``, ``KernelPlan.int4_rows``; CPU only); 0: off."""
+    (``engine/kernels.py``, ``KernelChoice.int4_rows``; CPU only); 0: off."""
     stop_alternatives: int = 0
     """Beside the pick that stopped the draft (``stop_below``), also offer the model's
     next N best tokens there as leaves for the level above (no extra draft forward); 0: off.

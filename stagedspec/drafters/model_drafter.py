@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from stagedspec.engine.drafter_protocol import Drafter
-from stagedspec.engine.kernels import HF_PLAN
+from stagedspec.engine.kernels import HF_KERNELS
 from stagedspec.engine.kv_cache import KVModel
 from stagedspec.engine.sampling import probabilities
 from stagedspec.engine.tree import DraftTree, DynamicShape, StaticShape, TreeShapeT, chain
@@ -56,10 +56,10 @@ class ModelDrafter(Drafter):
         tokens as leaves (``grow_trees``): no extra forward, a few more target rows."""
         self.int4_rows = int4_rows
         """This model's forwards of at most this many rows multiply by 4-bit copies of its
-        weights (``KernelPlan.int4_rows``); 0: the target's plan as it is."""
+        weights (``KernelChoice.int4_rows``); 0: the target's plan as it is."""
         self.vocab_size = self.kv.vocab_size
 
-    def setup(self, sampling, generator, plan=HF_PLAN) -> None:
+    def setup(self, sampling, generator, plan=HF_KERNELS) -> None:
         self.kv.set_plan(plan.for_draft(self.int4_rows))
         super().setup(sampling, generator, plan)
 

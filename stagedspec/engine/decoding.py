@@ -15,7 +15,7 @@ import torch
 from stagedspec.metrics.round_stats import GenerationResult, PhaseTimes, RoundStats, SequenceResult
 from stagedspec.metrics.run_schema import TARGET, method_name
 from .drafter_protocol import Drafter
-from .kernels import HF_PLAN, KernelPlan
+from .kernels import HF_KERNELS, KernelChoice
 from .kv_cache import KVModel
 from .sampling import SamplingConfig, probabilities
 from .tree import DraftTree
@@ -35,7 +35,7 @@ class SpeculativeDecoder:
         sampling: SamplingConfig = SamplingConfig(),
         eos_token_ids: Sequence[int] = (),
         context_length: int | None = None,
-        plan: KernelPlan = HF_PLAN,
+        plan: KernelChoice = HF_KERNELS,
     ) -> None:
         """``plan``: the kernel path of every model forward, target and draft levels alike
         (``kernels.py``); the default is Hugging Face's own, bit for bit."""

@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 
 import torch
 
-from .kernels import HF_PLAN, KernelPlan
+from .kernels import HF_KERNELS, KernelChoice
 from .sampling import SamplingConfig
 from .tree import AutoShape, DraftTree, TreeShapeT
 
@@ -31,7 +31,9 @@ class Drafter(ABC):
     draft): the decoder then passes them to ``propose``. Only the level drafting directly
     for the target can have them."""
 
-    def setup(self, sampling: SamplingConfig, generator: torch.Generator | None, plan: KernelPlan = HF_PLAN) -> None:
+    def setup(
+        self, sampling: SamplingConfig, generator: torch.Generator | None, plan: KernelChoice = HF_KERNELS
+    ) -> None:
         """Called by the level above before decoding: the sampling rule applies to q too,
         and model levels run their forwards through the same kernel plan as the target.
         A ``tree=auto`` must be resolved to a shape before (``stagedspec/tuning/``, from a

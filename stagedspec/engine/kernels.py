@@ -11,7 +11,7 @@ with a mask, i.e. for every verification forward. Measured on the embedded SmolL
 at 4 and 42 ms at 8 through ``F.linear``, but 27 ms at 4 (MKL with weights prepacked for
 4 rows) and 33 ms at 8 (oneDNN, prepacked); ``repeat_kv`` adds ~13 ms per forward.
 
-A ``KernelPlan`` says which path each row count takes. ``HF_PLAN`` is Hugging Face's own
+A ``KernelChoice`` says which path each row count takes. ``HF_KERNELS`` is Hugging Face's own
 path, bit for bit (``F.linear``, HF's SDPA function, a ``DynamicCache``): its one-row
 forwards give exactly HF's cached-decoding logits, and greedy output through it equals
 ``generate(do_sample=False)`` token for token in the float32 tests. A fast plan comes from
@@ -70,7 +70,7 @@ MKL_ROWS = (4, 8, 16)  # MKL sgemm with the weight packed for exactly b rows ("m
 
 
 @dataclass(frozen=True)
-class KernelPlan:
+class KernelChoice:
     """Which GEMM path each row count takes, and the attention / cache choices.
 
     ``linear[m - 1]`` is the path for a Linear call on m rows (batch x new tokens);
@@ -124,7 +124,7 @@ class KernelPlan:
             return PATH_INT4
         return self.linear[rows - 1] if rows <= len(self.linear) else self.long_path
 
-    def for_draft(self, int4_rows: int) -> KernelPlan:
+    def for_draft(self, int4_rows: int) -> KernelChoice:
         """This plan for a draft model whose Linear calls on up to ``int4_rows`` rows take
         4-bit weights (0: the plan unchanged)."""
         if not int4_rows:
@@ -165,7 +165,7 @@ class KernelPlan:
         return f"{self.name}: " + "; ".join([", ".join(runs) or "linear"] + extras)
 
 
-HF_PLAN = KernelPlan()
+HF_KERNELS = KernelChoice()
 
 
 def long_path_for(linear: tuple[str, ...] | list[str]) -> str:
@@ -177,7 +177,7 @@ def long_path_for(linear: tuple[str, ...] | list[str]) -> str:
     return last if last in (PATH_LINEAR, PATH_MKLDNN, PATH_WXT) else PATH_LINEAR
 
 
-_ACTIVE: KernelPlan | None = None
+_ACTIVE: KernelChoice | None = None
 
 
 # --------------------------------------------------------------------------- GEMM paths
@@ -231,7 +231,7 @@ def apply_path(module: nn.Linear, path: str, x: torch.Tensor) -> torch.Tensor:
     return y.reshape(*x.shape[:-1], y.shape[-1])
 
 
-def int4_allowed(module: nn.Linear, plan: KernelPlan) -> bool:
+def int4_allowed(module: nn.Linear, plan: KernelChoice) -> bool:
     """Whether ``module`` takes the 4-bit path under ``plan`` at its int4 row counts: under an
     exact plan only modules holding their file's own 4-bit codes (``models/gguf_int4.py``),
     else any module whose shape fits the kernel (re-quantized: a draft's plan)."""
@@ -352,7 +352,7 @@ def gemm_modules(model: nn.Module) -> list[nn.Linear]:
     return [mod for mod, _ in gemm_module_parts(model)]
 
 
-def prepack(model: nn.Module, plan: KernelPlan) -> int:
+def prepack(model: nn.Module, plan: KernelChoice) -> int:
     """Pack ``model``'s weights now for every prepacked path ``plan`` uses (``apply_path``
     would otherwise pack each module at its first call on a path: for a plan read from the
     cache, inside the first timed round at that row count, seconds for a 1.5B model).
@@ -447,7 +447,7 @@ def install(model: nn.Module) -> nn.Module:
     return model
 
 
-LEAN_CHECK_PLAN = KernelPlan(name="lean-check", lean_layers=True, gqa_packing=True)
+LEAN_CHECK_PLAN = KernelChoice(name="lean-check", lean_layers=True, gqa_packing=True)
 """What ``check_lean_layers`` compares with Hugging Face's path: the lean layers and the
 packed attention (the code that replaces HF's modules), every GEMM through ``F.linear``
 (the GEMM paths compute the same products, and are chosen per machine later)."""
@@ -469,7 +469,7 @@ def check_lean_layers(model: nn.Module, tokens: int = 8) -> None:
     ids = (torch.arange(tokens, device=p.device) * 37 + 11).remainder(vocab)[None]
     classes = sorted({type(m).__name__ for m in lean})
     with torch.no_grad():
-        with HF_PLAN.active():
+        with HF_KERNELS.active():
             ref = check_logits(model, ids, tokens // 2 + 1)
         try:
             with LEAN_CHECK_PLAN.active():
@@ -481,7 +481,7 @@ def check_lean_layers(model: nn.Module, tokens: int = 8) -> None:
             why = f"||logits - HF|| / ||HF logits|| = {err:.2e}"
     rtol = LEAN_CHECK_RTOL.get(p.dtype, 4e-2)
     if not err <= rtol:
-        for m in lean:  # back to Hugging Face's forward: the model stays usable through HF_PLAN
+        for m in lean:  # back to Hugging Face's forward: the model stays usable through HF_KERNELS
             m.forward = m._stagedspec_forward
             del m._stagedspec_forward
         raise ValueError(

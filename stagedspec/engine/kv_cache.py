@@ -26,7 +26,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from .kernels import HF_PLAN, KernelPlan, install, prepack
+from .kernels import HF_KERNELS, KernelChoice, install, prepack
 from .logit_processing import check_logit_processing, final_logit_processing
 
 _DUMMY = -2  # parent marker of a padding slot
@@ -155,13 +155,13 @@ class KVModel:
         self,
         model: torch.nn.Module,
         name: str = "target",
-        plan: KernelPlan = HF_PLAN,
+        plan: KernelChoice = HF_KERNELS,
         vocab_map: torch.Tensor | None = None,
         vocab_size: int | None = None,
     ) -> None:
         self.model = model
         self.name = name
-        self.plan = HF_PLAN
+        self.plan = HF_KERNELS
         self.set_plan(plan)
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
@@ -178,7 +178,7 @@ class KVModel:
         self.forward_calls = 0
         self.reset(0)
 
-    def set_plan(self, plan: KernelPlan) -> None:
+    def set_plan(self, plan: KernelChoice) -> None:
         """The kernel path of this model's forwards (see ``kernels.py``); takes effect at
         the next ``reset``."""
         if not plan.bitwise_hf:

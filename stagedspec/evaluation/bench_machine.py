@@ -17,7 +17,7 @@ import time
 import torch
 from torch import nn
 
-from stagedspec.engine.kernels import PATH_INT4, KernelPlan, gemm_modules, int4_allowed
+from stagedspec.engine.kernels import PATH_INT4, KernelChoice, gemm_modules, int4_allowed
 from stagedspec.engine.kv_cache import KVModel
 from stagedspec.evaluation.bench_table import geomean_ci
 
@@ -54,7 +54,7 @@ def weight_bytes(model: nn.Module) -> int:
     return total
 
 
-def step_bytes(model: nn.Module, tokens: int = 1, plan: KernelPlan | None = None) -> int:
+def step_bytes(model: nn.Module, tokens: int = 1, plan: KernelChoice | None = None) -> int:
     """Bytes of weights one decoding step of ``tokens`` new tokens reads: every parameter
     once (shared tensors once), except an input embedding table that is not also the
     output head, of which a step reads only its tokens' rows. (Qwen2.5-Coder-1.5B's GGUF

@@ -141,7 +141,7 @@ def our_methods(target, files: dict[str, Path], k: int, tree: str | None, lower_
 LEVEL_KINDS = ("lookup", "ngram", "small", "fr", "q4", "copy", "route")
 MODEL_KINDS = ("small", "fr", "q4")  # the packaged draft model, as it is / pruned head / 4-bit at few rows
 INT4_ROWS = 2
-"""``q4``: the draft's forwards of up to this many rows take 4-bit weights (``KernelPlan.int4_rows``)."""
+"""``q4``: the draft's forwards of up to this many rows take 4-bit weights (``KernelChoice.int4_rows``)."""
 
 
 def parse_ours(spec: str) -> dict[str, list[tuple[str, list[int]]]]:

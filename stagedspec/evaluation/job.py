@@ -19,7 +19,7 @@ from collections.abc import Callable
 from stagedspec.drafters.hierarchy import build_hierarchy, hierarchy_key
 from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.drafter_protocol import Drafter
-from stagedspec.engine.kernels import KernelPlan
+from stagedspec.engine.kernels import KernelChoice
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.models.chat_text import encode, eos_token_ids
 from stagedspec.models.model_loading import LoadedModel, ModelSpec, load_cached
@@ -56,7 +56,7 @@ class Job:
     target: LoadedModel
     drafter: Drafter | None
     """The hierarchy's top level (None: plain decoding is the method)."""
-    kernels: KernelPlan
+    kernels: KernelChoice
     """The kernel plan of every forward, the method's and the baseline's alike."""
     method: SpeculativeDecoder
     baseline: SpeculativeDecoder | None
@@ -119,7 +119,7 @@ def level_model_name(level: Any, target: LoadedModel, loaded: list[tuple[ModelSp
 
 
 def make_decoders(
-    target: LoadedModel, drafter: Drafter | None, sampling: SamplingConfig, kernels: KernelPlan, with_baseline: bool
+    target: LoadedModel, drafter: Drafter | None, sampling: SamplingConfig, kernels: KernelChoice, with_baseline: bool
 ) -> tuple[SpeculativeDecoder, SpeculativeDecoder | None]:
     """The method's decoder and (``with_baseline``) plain decoding's, sharing every kernel choice."""
     eos = eos_token_ids(target)
@@ -148,7 +148,7 @@ def room_for_prompt(target: LoadedModel, method: SpeculativeDecoder, max_new_tok
 
 
 def resolve_tree(
-    drafter: Drafter | None, target: LoadedModel, sampling: SamplingConfig, kernels: KernelPlan, key: Any
+    drafter: Drafter | None, target: LoadedModel, sampling: SamplingConfig, kernels: KernelChoice, key: Any
 ) -> Choice | None:
     """``tree=auto``: calibrate (or read the cached calibration, in the target's cache
     directory, under the hierarchy's ``key``) and choose now, outside every timed decode,

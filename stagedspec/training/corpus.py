@@ -19,7 +19,7 @@ import torch
 from tqdm import tqdm
 
 from stagedspec.engine.decoding import SpeculativeDecoder
-from stagedspec.engine.kernels import HF_PLAN
+from stagedspec.engine.kernels import HF_KERNELS
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.models.chat_text import encode, eos_token_ids, ids_to_text
 from stagedspec.models.model_loading import LoadedModel
@@ -46,7 +46,7 @@ def generate_corpus(
     for start in tqdm(range(0, len(order), batch_size), desc=desc, unit="batch", leave=False):
         idx = order[start : start + batch_size]
         sampling = SamplingConfig(temperature=temperature, seed=seed + start)
-        dec = SpeculativeDecoder(model, None, sampling, eos_token_ids=eos_ids, plan=plan or HF_PLAN)
+        dec = SpeculativeDecoder(model, None, sampling, eos_token_ids=eos_ids, plan=plan or HF_KERNELS)
         res = dec.generate([prompts[i] for i in idx], max_new_tokens)
         for i, seq in zip(idx, res.sequences):
             out[i] = seq.output_ids

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from stagedspec.engine.kernels import HF_PLAN, KernelPlan
+from stagedspec.engine.kernels import HF_KERNELS, KernelChoice
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.engine.tree import AutoShape, TreeShape
 from .disk_cache import write_json_atomically
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 
 def auto_tree_key(
-    auto: AutoShape, target, sampling: SamplingConfig, plan: KernelPlan, hierarchy_key: Any = None
+    auto: AutoShape, target, sampling: SamplingConfig, plan: KernelChoice, hierarchy_key: Any = None
 ) -> dict:
     """What a ``tree=auto`` measurement depends on: the hierarchy, the target, the sampling
     rule, the kernel plan, the request and this machine (the calibration cache's key)."""
@@ -69,7 +69,7 @@ def resolve_auto_tree(
     drafter,
     target,
     sampling: SamplingConfig,
-    plan: KernelPlan = HF_PLAN,
+    plan: KernelChoice = HF_KERNELS,
     hierarchy_key: Any = None,
     cache_dir: str | Path | None = None,
     prompts: list[list[int]] | None = None,

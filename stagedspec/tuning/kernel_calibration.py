@@ -19,11 +19,11 @@ import torch
 from torch import nn
 
 from stagedspec.engine.kernels import (
-    HF_PLAN,
+    HF_KERNELS,
     PATH_LINEAR,
     PATH_MKLDNN,
     PATH_WXT,
-    KernelPlan,
+    KernelChoice,
     PATH_INT4,
     apply_path,
     available_paths,
@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 MAX_ROWS = 32
 """Row counts the calibration covers (a bypass draft of 24 verifies 25); a plan takes
-``KernelPlan.long_path`` for more rows."""
+``KernelChoice.long_path`` for more rows."""
 
 CALIBRATION_VERSION = 2
 """Part of the cache key: raised when the timing procedure changes (2: an untimed pass per
@@ -126,7 +126,7 @@ def calibrate(
     reps: int = 7,
     cache_dir: str | Path | None = None,
     name: str = "fast",
-) -> tuple[KernelPlan, Calibration]:
+) -> tuple[KernelChoice, Calibration]:
     """Time each available GEMM path for 1..max_rows rows over all of ``model``'s Linear
     weights; keep the fastest per row count using at most ``max_packs`` prepacked copies
     of the weights (each costs the model's Linear weights in memory again). Cached in
@@ -151,7 +151,7 @@ def calibrate(
     int4_ms = _time_exact_int4(model, linear, reps)
     int4_rows = next((int(m) - 1 for m, t in int4_ms.items() if t["int4"] >= t["dense"]), len(int4_ms))
     _drop_unused_packs(mods, linear)
-    plan = KernelPlan(
+    plan = KernelChoice(
         name=name,
         linear=tuple(linear),
         long_path=long_path_for(linear),
@@ -173,10 +173,10 @@ def calibrate(
     return plan, cal
 
 
-def _cached(f: Path) -> tuple[KernelPlan, Calibration]:
+def _cached(f: Path) -> tuple[KernelChoice, Calibration]:
     """The plan and calibration a cache file ``f`` holds."""
     cal = Calibration(**json.loads(f.read_text()))
-    plan = KernelPlan(
+    plan = KernelChoice(
         **{**cal.plan, "linear": tuple(cal.plan["linear"]), "long_path": long_path_for(cal.plan["linear"])}
     )
     log.info("kernel plan from %s: %s", f, plan.describe())
@@ -249,11 +249,11 @@ def choose_paths(times: dict[str, dict[str, float]], max_packs: int) -> list[str
     return [min((q for q in times[r] if q in allowed), key=lambda q: times[r][q]) for r in rows]
 
 
-def kernel_plan(target, name: str) -> KernelPlan:
+def kernel_plan(target, name: str) -> KernelChoice:
     """The plan a setting names for a loaded target: "hf" (Hugging Face's path) or
     "fast" (calibrated for this machine, model, dtype and threads; cached)."""
     if name == "hf":
-        return HF_PLAN
+        return HF_KERNELS
     if name != "fast":
         raise ValueError(f"kernels must be 'fast' or 'hf', got {name!r}")
     plan, _ = calibrate(target.model, cache_dir=target.spec.resolved_cache_dir())

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from stagedspec.engine.decoding import SpeculativeDecoder
-from stagedspec.engine.kernels import KernelPlan
+from stagedspec.engine.kernels import KernelChoice
 from stagedspec.engine.kv_cache import KVModel
 from stagedspec.engine.sampling import SamplingConfig, probabilities
 from stagedspec.engine.tree import AutoShape, DraftTree, chain, widths_to_paths
@@ -171,7 +171,7 @@ def _time_propose(drafter, ctx: list[int], shape, sampling, gen, plan, repeats: 
     return _median(times)
 
 
-def _time_verify(target_model, ctx: list[int], sizes: list[int], plan: KernelPlan, repeats: int) -> dict[str, float]:
+def _time_verify(target_model, ctx: list[int], sizes: list[int], plan: KernelChoice, repeats: int) -> dict[str, float]:
     """Median ms of one cached target forward scoring n positions (the root and n - 1
     draft nodes hanging from it, so the forward takes a tree mask as in verification)."""
     kv = KVModel(target_model, name="calibration", plan=plan)
@@ -243,7 +243,7 @@ def _decode_one_by_one(
 
 
 def _draft_points(
-    drafter, ctx: list[int], sampling: SamplingConfig, plan: KernelPlan, auto: AutoShape, target_model
+    drafter, ctx: list[int], sampling: SamplingConfig, plan: KernelChoice, auto: AutoShape, target_model
 ) -> list[list[float]]:
     """(depth, size, ms) of a proposal for three shapes (a 1-chain, a full-depth chain and a
     bushy tree): the points ``_fit_draft`` fits the draft's cost to."""
@@ -259,7 +259,7 @@ def calibrate(
     drafter,
     target,
     sampling: SamplingConfig,
-    plan: KernelPlan,
+    plan: KernelChoice,
     auto: AutoShape,
     key: dict,
     prompts: list[list[int]] | None = None,

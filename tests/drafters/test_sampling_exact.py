@@ -15,7 +15,7 @@ asserts that a pair's statistic exceeds its critical value; the measured statist
 in the mutants' comments (critical values 64.1 for tokens 1-2, 26 degrees of freedom, and
 84.8 for tokens 3-4, 40; honest cases measured 1-59 against their critical values).
 
-Kernel plans: the cases run through Hugging Face's path (``HF_PLAN``); two of them again
+Kernel plans: the cases run through Hugging Face's path (``HF_KERNELS``); two of them again
 through a fast plan (every GEMM path, GQA packing, slot cache, lean layers), with the
 same N and critical values, and one kernel fault under that plan is among the mutants.
 """
@@ -39,7 +39,7 @@ from stagedspec.drafters import (
     tree_growth,
 )
 from stagedspec.engine import attention_kernels, decoding, kernels, verification
-from stagedspec.engine.kernels import HF_PLAN, KernelPlan, available_paths
+from stagedspec.engine.kernels import HF_KERNELS, KernelChoice, available_paths
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.engine.tree import TreeShape
 from tests.oracles import T1, V, chi2_models, draw, exact_pairs, lower_model, staged_drafter, statistics
@@ -149,7 +149,7 @@ def test_emitted_distribution_matches_target(factory, cfg):
 
 
 _PATHS = available_paths(torch.float32, torch.device("cpu"))
-FAST = KernelPlan(
+FAST = KernelChoice(
     name="fast",
     linear=tuple(_PATHS[i % len(_PATHS)] for i in range(8)),
     gqa_packing=True,
@@ -304,21 +304,26 @@ def _target_quantized(monkeypatch):
     "name,patch,factory,plan",
     [
         # measured chi2 (tokens 1-2 / 3-4): 18240 / 3968
-        ("min(1,q/p)", lambda mp: mp.setattr(verification, "accept_probability", _broken_ratio), _model_chain, HF_PLAN),
+        (
+            "min(1,q/p)",
+            lambda mp: mp.setattr(verification, "accept_probability", _broken_ratio),
+            _model_chain,
+            HF_KERNELS,
+        ),
         # 589 / 576: a chain rejects once per round, so this removes just that residual
-        ("no residual", lambda mp: mp.setattr(verification, "residual_after", _no_residual), _model_chain, HF_PLAN),
+        ("no residual", lambda mp: mp.setattr(verification, "residual_after", _no_residual), _model_chain, HF_KERNELS),
         # 435 / 607
-        ("no residual between siblings", _siblings_against_original_p, _model_tree, HF_PLAN),
+        ("no residual between siblings", _siblings_against_original_p, _model_tree, HF_KERNELS),
         # 54 / 138: tokens 1-2 alone (the old two-token test) stay under the critical value
-        ("staged bonus q = p[0]", _staged_bonus_q_at_root, staged_drafter, HF_PLAN),
+        ("staged bonus q = p[0]", _staged_bonus_q_at_root, staged_drafter, HF_KERNELS),
         # 945 / 571
         ("fast plan: causal mask one row late", _fast_plan_causal_leak, _model_chain, FAST),
         # 518 / 320 (README: 405 against 85 in test_early_stop's set-up)
-        ("alternatives carry q", _alternatives_carry_q, _stop_alternatives, HF_PLAN),
+        ("alternatives carry q", _alternatives_carry_q, _stop_alternatives, HF_KERNELS),
         # 234 / 69 (README: 134 against 51 in test_ngram_gate's set-up)
-        ("n-gram gate reads the drawn pick", _gate_reads_the_drawn_pick, _gated_ngram_staged, HF_PLAN),
+        ("n-gram gate reads the drawn pick", _gate_reads_the_drawn_pick, _gated_ngram_staged, HF_KERNELS),
         # 2066 / 3227 (README: 2162 / 3164)
-        ("target quantized to 4 bits", _target_quantized, _model_chain, HF_PLAN),
+        ("target quantized to 4 bits", _target_quantized, _model_chain, HF_KERNELS),
     ],
 )
 def test_mutant_is_caught(monkeypatch, name, patch, factory, plan):

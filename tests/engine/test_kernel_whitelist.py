@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM, GraniteConfig, LlamaConfig, Qwen2
 
 from stagedspec.engine import kernels
 from stagedspec.engine.decoding import SpeculativeDecoder
-from stagedspec.engine.kernels import KernelPlan
+from stagedspec.engine.kernels import KernelChoice
 from stagedspec.engine.sampling import SamplingConfig
 from tests.oracles import hf_greedy
 
@@ -26,8 +26,8 @@ SMALL = dict(
     max_position_embeddings=256,
     tie_word_embeddings=False,
 )
-LEAN = KernelPlan(name="lean", lean_layers=True)
-FAST = KernelPlan(name="fast", linear=("linear", "wxt") * 4, gqa_packing=True, slot_cache=True, lean_layers=True)
+LEAN = KernelChoice(name="lean", lean_layers=True)
+FAST = KernelChoice(name="fast", linear=("linear", "wxt") * 4, gqa_packing=True, slot_cache=True, lean_layers=True)
 IDS = torch.tensor([[3, 9, 27, 81, 115, 2, 6, 18, 54, 35]])
 
 

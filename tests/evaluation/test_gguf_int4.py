@@ -13,14 +13,14 @@ from gguf.quants import dequantize, quantize
 
 from stagedspec.engine import kernels
 from stagedspec.engine.decoding import SpeculativeDecoder
-from stagedspec.engine.kernels import HF_PLAN, KernelPlan
+from stagedspec.engine.kernels import HF_KERNELS, KernelChoice
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.models import gguf_int4
 from stagedspec.models.model_loading import ModelSpec, load_model
 from tests import oracles
 from tests.oracles import N_NEW, tiny_prompts
 
-EXACT = KernelPlan(
+EXACT = KernelChoice(
     name="exact4",
     linear=("linear",) * 8,
     gqa_packing=True,
@@ -29,7 +29,7 @@ EXACT = KernelPlan(
     int4_rows=8,
     int4_exact=True,
 )
-DENSE = KernelPlan(name="dense", linear=("linear",) * 8, gqa_packing=True, slot_cache=True, lean_layers=True)
+DENSE = KernelChoice(name="dense", linear=("linear",) * 8, gqa_packing=True, slot_cache=True, lean_layers=True)
 
 
 def _random_q4k_blocks(rows: int, blocks: int, seed: int = 0) -> np.ndarray:
@@ -115,7 +115,7 @@ def test_a_target_on_its_own_4bit_codes_computes_the_dense_targets_logits_and_gr
     prompts = tiny_prompts(3)
     ref = [
         s.output_ids
-        for s in SpeculativeDecoder(t.model, None, SamplingConfig(), plan=HF_PLAN).generate(prompts, N_NEW).sequences
+        for s in SpeculativeDecoder(t.model, None, SamplingConfig(), plan=HF_KERNELS).generate(prompts, N_NEW).sequences
     ]
     assert gguf_int4.attach(t.model, blocks) == (9, 0)
     calls: list[str] = []
@@ -192,7 +192,7 @@ def _q4_chi2_models(monkeypatch):
     monkeypatch.setattr(
         oracles, "exact_pairs", oracles.exact_pairs.__wrapped__
     )  # the joints of this target, not the cached ones
-    plan = KernelPlan(
+    plan = KernelChoice(
         name="exact4-all", int4_rows=1 << 30, int4_exact=True, gqa_packing=True, slot_cache=True, lean_layers=True
     )
     return draft, plan

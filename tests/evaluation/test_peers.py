@@ -318,9 +318,9 @@ def test_a_real_run_on_tiny_models(tmp_path):
 
 
 def peers_plan():
-    from stagedspec.engine.kernels import HF_PLAN
+    from stagedspec.engine.kernels import HF_KERNELS
 
-    return HF_PLAN
+    return HF_KERNELS
 
 
 def test_figure_from_results(tmp_path):
@@ -409,9 +409,9 @@ def test_parse_ours_reads_model_levels_with_stop_and_alternatives():
 
 
 def test_weights_give_each_of_our_methods_the_plan_with_or_without_its_4bit_rows():
-    from stagedspec.engine.kernels import KernelPlan
+    from stagedspec.engine.kernels import KernelChoice
 
-    plan = KernelPlan(name="fast", linear=("mkldnn",) * 4, int4_rows=3, int4_exact=True)
+    plan = KernelChoice(name="fast", linear=("mkldnn",) * 4, int4_rows=3, int4_exact=True)
     assert peers.weight_plans(plan, "gguf_q4") == {"": plan}
     both = peers.weight_plans(plan, "gguf_q4,dense")
     assert set(both) == {"", "@dense"} and both[""] is plan

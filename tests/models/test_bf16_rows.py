@@ -11,7 +11,7 @@ import torch
 from gguf import GGMLQuantizationType as QT
 from gguf.quants import dequantize, quantize
 
-from stagedspec.engine.kernels import KernelPlan, available_paths
+from stagedspec.engine.kernels import KernelChoice, available_paths
 from stagedspec.engine.sampling import SamplingConfig, probabilities
 from stagedspec.models import gguf_int4
 from stagedspec.models.model_loading import ModelSpec, load_model
@@ -19,7 +19,7 @@ from tests.oracles import logits_by_row_count
 
 T07 = SamplingConfig(temperature=0.7)
 DENSE_PATH = next(p for p in ("mkldnn", "wxt", "linear") if p in available_paths(torch.bfloat16, torch.device("cpu")))
-PLAN = KernelPlan(
+PLAN = KernelChoice(
     name="bf16-q4",
     linear=(DENSE_PATH,) * 8,
     gqa_packing=True,

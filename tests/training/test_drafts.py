@@ -11,7 +11,7 @@ from stagedspec.drafters import KatzNgramDrafter, ModelDrafter
 from stagedspec.drafters.feature import FeatureDrafter
 from stagedspec.drafters.ngram_lm import KatzBackoffLM, read_corpus, write_corpus
 from stagedspec.engine.decoding import SpeculativeDecoder
-from stagedspec.engine.kernels import KernelPlan
+from stagedspec.engine.kernels import KernelChoice
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.engine.tree import TreeShape
 from stagedspec.models.draft_files import build_draft, load_draft, read_meta, save_draft
@@ -31,7 +31,7 @@ from tests.oracles import (
     trained_drafts,
 )
 
-FAST = KernelPlan(
+FAST = KernelChoice(
     name="test", linear=("linear", "mkldnn", "linear", "mkl4"), gqa_packing=True, slot_cache=True, lean_layers=True
 )
 

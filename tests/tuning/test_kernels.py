@@ -16,7 +16,7 @@ from transformers import DynamicCache
 from stagedspec.engine import kernels
 from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.int4_kernels import int4_quantize
-from stagedspec.engine.kernels import HF_PLAN, KernelPlan, available_paths, long_path_for
+from stagedspec.engine.kernels import HF_KERNELS, KernelChoice, available_paths, long_path_for
 from stagedspec.tuning.kernel_calibration import choose_paths, calibrate
 from stagedspec.engine.kv_cache import KVModel, SlotLayer
 from stagedspec.engine.sampling import SamplingConfig
@@ -28,7 +28,7 @@ from tests.oracles import N_NEW, hf_greedy, hf_reference, logits_by_row_count, t
 PATHS = available_paths(torch.float32, torch.device("cpu"))
 # every available path somewhere in 1..8 rows, so each one's dispatch code runs; prefills
 # past 8 rows (prompts of up to 40 tokens) through a path other than F.linear
-MIXED = KernelPlan(
+MIXED = KernelChoice(
     name="mixed",
     linear=tuple(PATHS[i % len(PATHS)] for i in range(8)),
     gqa_packing=True,
@@ -65,13 +65,13 @@ def test_choose_takes_the_fastest_path_within_the_pack_budget():
 
 
 def test_plan_describe_and_path_lookup():
-    plan = KernelPlan(name="fast", linear=("linear",) * 3 + ("mkl4",) + ("mkldnn",) * 4, gqa_packing=True)
+    plan = KernelChoice(name="fast", linear=("linear",) * 3 + ("mkl4",) + ("mkldnn",) * 4, gqa_packing=True)
     assert plan.describe() == "fast: 1-3 linear, 4 mkl4, 5-8 mkldnn; gqa packing"
     assert plan.path(4) == "mkl4" and plan.path(8) == "mkldnn" and plan.path(50) == "linear"
-    assert HF_PLAN.bitwise_hf and not plan.bitwise_hf
-    long = KernelPlan(name="fast", linear=("mkldnn",) * 2, long_path="mkldnn")
+    assert HF_KERNELS.bitwise_hf and not plan.bitwise_hf
+    long = KernelChoice(name="fast", linear=("mkldnn",) * 2, long_path="mkldnn")
     assert long.path(3) == "mkldnn" and long.describe() == "fast: 1-2 mkldnn, 3+ mkldnn"
-    assert not KernelPlan(linear=("linear",), long_path="mkldnn").bitwise_hf
+    assert not KernelChoice(linear=("linear",), long_path="mkldnn").bitwise_hf
 
 
 def test_rows_past_the_table_take_the_last_path_that_runs_any_row_count():
@@ -208,7 +208,7 @@ def test_fast_plan_tree_logits_equal_each_path_as_a_sequence():
 
 
 # a fast plan as calibration makes them: another GEMM path at 4 rows than at 1
-FAST4 = KernelPlan(
+FAST4 = KernelChoice(
     name="fast4",
     linear=("linear",) * 3 + (next(p for p in ("mkl4", "mkldnn", "wxt") if p in PATHS),),
     gqa_packing=True,
@@ -217,7 +217,7 @@ FAST4 = KernelPlan(
 )
 
 
-@pytest.mark.parametrize("plan", [HF_PLAN, FAST4, MIXED], ids=["hf", "fast4", "mixed"])
+@pytest.mark.parametrize("plan", [HF_KERNELS, FAST4, MIXED], ids=["hf", "fast4", "mixed"])
 def test_logits_depend_on_the_row_count_only_by_kernel_rounding(plan):
     """The docs' claim, checked: a position's logits from a 1-row forward (the baseline) and
     from a 4-row forward (verification) agree up to kernel rounding under every plan, HF's
@@ -286,7 +286,7 @@ def test_a_fast_plan_packs_its_weights_before_the_first_forward():
     packed = [q for q in PATHS if q not in (kernels.PATH_LINEAR, kernels.PATH_WXT)]
     if not packed:
         pytest.skip("no prepacked GEMM path on this machine")
-    plan = KernelPlan(name="one-pack", linear=(packed[0], kernels.PATH_LINEAR), lean_layers=True)
+    plan = KernelChoice(name="one-pack", linear=(packed[0], kernels.PATH_LINEAR), lean_layers=True)
     target = tiny_target()
     kernels.install(target.model)
     mods = kernels.gemm_modules(target.model)
@@ -345,7 +345,7 @@ def test_int4_draft_weights_keep_the_output_and_are_refused_for_the_target(monke
     calls: list[tuple[int, str]] = []
     real = kernels.apply_path
     monkeypatch.setattr(kernels, "apply_path", lambda mod, path, x: calls.append((id(mod), path)) or real(mod, path, x))
-    for plan in (HF_PLAN, MIXED):
+    for plan in (HF_KERNELS, MIXED):
         calls.clear()
         drafter = ModelDrafter(draft, k=3, int4_rows=3)  # 3 prompts: a draft step is 3 rows
         dec = SpeculativeDecoder(target.model, drafter, SamplingConfig(), plan=plan)
@@ -359,9 +359,11 @@ def test_int4_draft_weights_keep_the_output_and_are_refused_for_the_target(monke
 
         int4 = {i for i, path in calls if path == kernels.PATH_INT4}
         assert int4 and int4 <= linears(draft) and not int4 & linears(target.model), plan.name
-    assert not HF_PLAN.for_draft(2).bitwise_hf and HF_PLAN.for_draft(0) is HF_PLAN
-    assert HF_PLAN.for_draft(2).path(2) == kernels.PATH_INT4 and HF_PLAN.for_draft(2).path(3) == kernels.PATH_LINEAR
-    assert HF_PLAN.for_draft(2).path(1, int4_ok=False) == kernels.PATH_LINEAR
+    assert not HF_KERNELS.for_draft(2).bitwise_hf and HF_KERNELS.for_draft(0) is HF_KERNELS
+    assert (
+        HF_KERNELS.for_draft(2).path(2) == kernels.PATH_INT4 and HF_KERNELS.for_draft(2).path(3) == kernels.PATH_LINEAR
+    )
+    assert HF_KERNELS.for_draft(2).path(1, int4_ok=False) == kernels.PATH_LINEAR
     with pytest.raises(ValueError, match=r"int4_rows=2.*only a draft level"):
         SpeculativeDecoder(target.model, None, SamplingConfig(), plan=MIXED.for_draft(2))
 

@@ -19,7 +19,7 @@ import yaml
 
 from stagedspec.drafters import KatzNgramDrafter, ModelDrafter
 from stagedspec.engine.decoding import SpeculativeDecoder
-from stagedspec.engine.kernels import HF_PLAN
+from stagedspec.engine.kernels import HF_KERNELS
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.engine.tree import AutoShape, DraftTree, DynamicShape, StaticShape, TreeShape
 from stagedspec.models.model_loading import truncated_copy
@@ -237,7 +237,7 @@ def test_tree_auto_greedy_equals_hf(kind, tmp_path):
     target = tiny_target()
     ref = [list(r) for r in hf_reference(5)]
     drafter = MAKERS[kind](SMALL_AUTO)
-    choice = resolve_auto_tree(drafter, target, SamplingConfig(), HF_PLAN, hierarchy_key=[kind], cache_dir=tmp_path)
+    choice = resolve_auto_tree(drafter, target, SamplingConfig(), HF_KERNELS, hierarchy_key=[kind], cache_dir=tmp_path)
     assert isinstance(drafter.tree, StaticShape) and drafter.tree.size <= SMALL_AUTO.max_nodes
     assert [list(p) for p in drafter.tree.paths] == choice.paths
     for batch in (1, 5):
