@@ -31,6 +31,7 @@ SOURCES = {
     "llama_cpp": "docs/peers/v7-llama-cpp-humaneval-t0.json",
     "step_curve": "docs/bench/step-curve-2026-12-05.json",
     "main_command": "docs/main-command/2026-12-06",
+    "paper": "docs/paper/2026-12-06",
 }
 """Block sources, relative to the repository root. A new measurement is a new dated file; point
 the entry at it and run the module to rewrite the README."""
@@ -191,7 +192,68 @@ def render_main_command(root: Path = ROOT) -> str:
     return "\n".join(lines)
 
 
-BLOCKS = {"results": render_results, "main-command": render_main_command}
+DATA_NAMES = {"humaneval": "HumanEval", "mt_bench": "MT-bench"}
+
+
+def crossover(batch: pd.DataFrame) -> str:
+    """Where speculation stops paying along the batch axis: the first batch size whose
+    speedup interval lies below 1, else where the point estimate does, else none."""
+    below = batch[batch["speedup_ci_high"] < 1]
+    if not below.empty:
+        return f"below 1 from batch {int(below['batch_size'].min())} (its whole interval)"
+    below = batch[batch["speedup"] < 1]
+    if not below.empty:
+        return f"below 1 from batch {int(below['batch_size'].min())} (its interval still reaches 1)"
+    return f"above 1 up to batch {int(batch['batch_size'].max())}: no crossover measured"
+
+
+def _ci(r) -> str:
+    low, high = getattr(r, "speedup_ci_low", float("nan")), getattr(r, "speedup_ci_high", float("nan"))
+    return f"{r.speedup:.2f}x [{low:.2f}, {high:.2f}]" if low == low else f"{r.speedup:.2f}x"
+
+
+def render_paper(root: Path = ROOT) -> str:
+    runs = pd.read_csv(root / SOURCES["paper"] / "runs.csv")
+    timing = json.loads((root / SOURCES["paper"] / "timing.json").read_text(encoding="utf-8"))
+    src = SOURCES["paper"]
+    staged_name = "ngram>small>copy>target"
+    names = {"copy>target": "lookup", staged_name: "staged", "small>target": "0.5B"}
+    lines = [
+        f"[{src}/report.md]({src}/report.md) ({timing['cpu']}, {timing['threads']} threads, "
+        f"{timing['started']}, {timing['sweep_s'] / 60:.0f} min; [runs.csv]({src}/runs.csv)), test split, "
+        "speedup over plain decoding timed in the same job [95% interval over batches]:"
+    ]
+    for data, d in runs.groupby("data.name", sort=False):
+        head = d[(d["batch_size"] == 1) & (d["max_new_tokens"] == d["max_new_tokens"].max())]
+        head = head[head["method"].isin(names)]
+        cells = []
+        for temp, label in ((0.0, "greedy"), (0.7, "T = 0.7")):
+            t = head[head["temperature"] == temp].sort_values("tokens_per_s", ascending=False)
+            cells.append(
+                f"{label}: "
+                + ", ".join(f"{names[r.method]} {r.tokens_per_s:.1f} tok/s ({_ci(r)})" for r in t.itertuples())
+            )
+        batch = d[(d["method"] == staged_name) & (d["data.limit"] == d["data.limit"].max())]
+        batch = batch.sort_values("batch_size")
+        per_row = " / ".join(f"{1000 * r.batch_size / r.tokens_per_s:.0f}" for r in batch.itertuples())
+        lines += [
+            f"- {DATA_NAMES.get(data, data)} ({int(head['data.limit'].max())} prompts, "
+            f"{int(head['max_new_tokens'].max())} tokens): " + "; ".join(cells) + ".",
+            f"- {DATA_NAMES.get(data, data)}, batch "
+            + " / ".join(str(int(b)) for b in batch["batch_size"])
+            + f" ({int(batch['data.limit'].iloc[0])} prompts, {int(batch['max_new_tokens'].iloc[0])} tokens, greedy): "
+            "plain "
+            + " / ".join(f"{v:.1f}" for v in batch["ar_tokens_per_s"])
+            + " tok/s, staged "
+            + " / ".join(f"{v:.1f}" for v in batch["tokens_per_s"])
+            + f" ({per_row} ms a token per row), speedup "
+            + " / ".join(_ci(r) for r in batch.itertuples())
+            + f"; {crossover(batch)}.",
+        ]
+    return "\n".join(lines)
+
+
+BLOCKS = {"results": render_results, "main-command": render_main_command, "paper": render_paper}
 
 _BLOCK = re.compile(
     r"(<!-- begin generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated: (?P=name) -->)", re.S

@@ -13,7 +13,8 @@ from analysis import readme_results as rr
 
 def test_readme_blocks_match_their_sources():
     text = rr.README.read_text(encoding="utf-8")
-    assert {m.group("name") for m in rr._BLOCK.finditer(text)} == set(rr.BLOCKS)
+    names = [m.group("name") for m in rr._BLOCK.finditer(text)]
+    assert {"results", "main-command"} <= set(names) <= set(rr.BLOCKS) and len(names) == len(set(names))
     assert rr.stale_blocks(text) == []
     assert rr.figures_outside_blocks(text) == []
 
@@ -97,3 +98,62 @@ def test_main_command_block_by_hand(tmp_path, monkeypatch):
     assert "- T = 0.7: the staged default 25.0 tok/s (3.00x" in text
     assert "k = 4 / 8 gives 4.5 / 8.5 tokens per target call and 21.0 / 22.0 tok/s" in text
     assert "batch 1 / 4: plain decoding 7.6 / 24.5 tok/s, the staged default 23.0 / 27.0, speedup 3.00x / 1.10x" in text
+
+
+def test_crossover_by_hand():
+    def axis(*rows):
+        return pd.DataFrame(rows, columns=["batch_size", "speedup", "speedup_ci_low", "speedup_ci_high"])
+
+    assert rr.crossover(axis((1, 3.0, 2.0, 4.0), (4, 1.2, 0.9, 1.5))) == "above 1 up to batch 4: no crossover measured"
+    assert rr.crossover(axis((1, 3.0, 2.0, 4.0), (4, 0.9, 0.7, 1.1), (8, 0.6, 0.5, 0.7))) == (
+        "below 1 from batch 8 (its whole interval)"
+    )
+    assert (
+        rr.crossover(axis((1, 3.0, 2.0, 4.0), (4, 0.9, 0.7, 1.1)))
+        == "below 1 from batch 4 (its interval still reaches 1)"
+    )
+
+
+def test_paper_block_by_hand(tmp_path, monkeypatch):
+    src = tmp_path / "docs" / "paper"
+    src.mkdir(parents=True)
+    staged = "ngram>small>copy>target"
+    rows = []
+    for b, tps, ar, s in ((1, 20.0, 8.0, 2.5), (8, 40.0, 50.0, 0.8)):
+        rows.append(
+            {
+                **_run(staged, 12, b, 24, 24, 0.0, tps, s, ar, 10.0),
+                "data.name": "humaneval",
+                "speedup_ci_low": s - 0.1,
+                "speedup_ci_high": s + 0.1,
+            }
+        )
+    for temp in (0.0, 0.7):
+        rows.append(
+            {
+                **_run(staged, 12, 1, 6, 64, temp, 30.0, 4.0, 7.5, 15.0),
+                "data.name": "humaneval",
+                "speedup_ci_low": 3.0,
+                "speedup_ci_high": 5.0,
+            }
+        )
+    pd.DataFrame(rows).to_csv(src / "runs.csv", index=False)
+    (src / "timing.json").write_text(
+        json.dumps(
+            {
+                "started": "S",
+                "install_s": 0,
+                "sweep_s": 1800,
+                "report_s": 30,
+                "total_s": 1830,
+                "cpu": "CPU",
+                "threads": 2,
+            }
+        )
+    )
+    monkeypatch.setitem(rr.SOURCES, "paper", "docs/paper")
+    text = rr.render_paper(tmp_path)
+    assert "- HumanEval (6 prompts, 64 tokens): greedy: staged 30.0 tok/s (4.00x [3.00, 5.00]); T = 0.7: staged" in text
+    # per-row latency: batch / tokens per second (1 / 20 s = 50 ms; 8 / 40 s = 200 ms)
+    assert "plain 8.0 / 50.0 tok/s, staged 20.0 / 40.0 (50 / 200 ms a token per row)" in text
+    assert "speedup 2.50x [2.40, 2.60] / 0.80x [0.70, 0.90]; below 1 from batch 8 (its whole interval)." in text
