@@ -134,13 +134,18 @@ def render_results(root: Path = ROOT) -> str:
     return "\n".join(lines)
 
 
+def _timing(name: str, root: Path) -> dict:
+    """A sweep's ``timing.json`` (``analysis/timing.py``) in the source folder ``name``."""
+    return json.loads((root / SOURCES[name] / "timing.json").read_text(encoding="utf-8"))
+
+
 def _main_runs(root: Path) -> pd.DataFrame:
     return pd.read_csv(root / SOURCES["main_command"] / "runs.csv")
 
 
 def render_main_command(root: Path = ROOT) -> str:
     runs = _main_runs(root)
-    timing = json.loads((root / SOURCES["main_command"] / "timing.json").read_text(encoding="utf-8"))
+    timing = _timing("main_command", root)
     src = SOURCES["main_command"]
     head = runs[runs["batch_size"] == 1]
     names = {
@@ -214,7 +219,7 @@ def _ci(r) -> str:
 
 def render_paper(root: Path = ROOT) -> str:
     runs = pd.read_csv(root / SOURCES["paper"] / "runs.csv")
-    timing = json.loads((root / SOURCES["paper"] / "timing.json").read_text(encoding="utf-8"))
+    timing = _timing("paper", root)
     src = SOURCES["paper"]
     staged_name = "ngram>small>copy>target"
     names = {"copy>target": "lookup", staged_name: "staged", "small>target": "0.5B"}
