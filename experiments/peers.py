@@ -59,6 +59,7 @@ from stagedspec.evaluation.bench_log import run_measurements
 from stagedspec.evaluation.bench_machine import copy_bandwidth, read_bandwidth, step_bytes
 from stagedspec.evaluation.bench_methods import (
     assistant_settings,
+    constant_assistant_tokens,
     hf_methods,
     our_methods,
     ours_fn,
@@ -243,9 +244,9 @@ def parse_args(argv=None):
     )
     ap.add_argument(
         "--assistant-tokens",
-        type=int,
-        default=8,
-        help="with --draft: HF assisted generation also with a constant schedule of this many tokens (0: not)",
+        default="8",
+        help="with --draft: HF assisted generation also with a constant schedule of these many tokens, "
+        "comma-separated (e.g. 4,8,12; 0: not)",
     )
     ap.add_argument(
         "--hf-methods",
@@ -260,8 +261,9 @@ def parse_args(argv=None):
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    weight_plans(HF_KERNELS, args.weights)  # a bad --weights or --prompt-lookup fails here, before anything loads
-    prompt_lookup_settings(args.prompt_lookup)
+    weight_plans(HF_KERNELS, args.weights)  # a bad --weights, --prompt-lookup or --assistant-tokens fails here,
+    prompt_lookup_settings(args.prompt_lookup)  # before anything loads
+    constant_assistant_tokens(args.assistant_tokens)
     torch.set_num_threads(args.threads)
     out = Path(args.out) if args.out else REPO / "outputs" / "peers" / args.data
     files = draft_files(args.drafts)

@@ -227,6 +227,17 @@ def pair_methods(target, small, spec: str) -> dict:
     return {name: factory(levels) for name, levels in parse_ours(spec).items()}
 
 
+def constant_assistant_tokens(spec: str | int) -> list[int]:
+    """``--assistant-tokens``: comma-separated draft lengths of HF assisted generation with a
+    constant schedule (``0``: none), e.g. ``4,8,12``."""
+    items = [x.strip() for x in str(spec).split(",") if x.strip()]
+    if not items or not all(x.isdigit() for x in items):
+        raise SystemExit(
+            f"--assistant-tokens: bad value {spec!r}; valid: 0 or comma-separated positive integers (e.g. 4,8,12)"
+        )
+    return [int(x) for x in items if int(x) > 0]
+
+
 def pair_hf_methods(args, hf_model, hf_draft, eos) -> tuple[dict, dict, dict]:
     """HF generate, assisted generation with the packaged draft (HF's schedule and a
     constant one of ``--assistant-tokens``) and prompt lookup."""
@@ -237,13 +248,13 @@ def pair_hf_methods(args, hf_model, hf_draft, eos) -> tuple[dict, dict, dict]:
     gc.num_assistant_tokens_schedule = args.assistant_schedule
     info["assistant"] = gc
     candidates = {"hf_assisted": hf_fn(hf_model, eos, T, assistant_model=hf_draft)}
-    if args.assistant_tokens:
+    for n in constant_assistant_tokens(args.assistant_tokens):
         const = copy.copy(hf_draft)  # the same weights, its own generation config
         const.generation_config = copy.deepcopy(gc)
         const.generation_config.num_assistant_tokens_schedule = "constant"
-        const.generation_config.num_assistant_tokens = args.assistant_tokens
+        const.generation_config.num_assistant_tokens = n
         const.generation_config.assistant_confidence_threshold = 0.0
-        candidates[f"hf_assisted_const{args.assistant_tokens}"] = hf_fn(hf_model, eos, T, assistant_model=const)
+        candidates[f"hf_assisted_const{n}"] = hf_fn(hf_model, eos, T, assistant_model=const)
     for name, kw in prompt_lookup_settings(args.prompt_lookup).items():
         candidates[name] = hf_fn(hf_model, eos, T, **kw)
     for name, fn in candidates.items():

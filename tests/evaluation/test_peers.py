@@ -459,6 +459,12 @@ def test_hf_prompt_lookup_settings_reach_generate_and_the_assistant_restarts_eac
     for bad in ("10:0", "a", "1:2:3", ""):
         with pytest.raises(SystemExit, match="--prompt-lookup"):
             bench_methods.prompt_lookup_settings(bad)
+    assert bench_methods.constant_assistant_tokens("4,8,12") == [4, 8, 12]
+    assert bench_methods.constant_assistant_tokens(8) == [8]
+    assert bench_methods.constant_assistant_tokens("0") == []
+    for bad in ("", "4,-1", "x", "4.5"):
+        with pytest.raises(SystemExit, match="--assistant-tokens: bad value"):
+            bench_methods.constant_assistant_tokens(bad)
     seen = []
 
     def fake_generate(model, prompt, n, eos=None, temperature=0.0, **kw):
@@ -483,3 +489,32 @@ def test_hf_prompt_lookup_settings_reach_generate_and_the_assistant_restarts_eac
     fn([[1], [2]], 4, 0)
     fn([[3]], 4, 0)
     assert [n for _, n in seen] == [20, 20, 20]  # without the reset: 20, 22, 24
+
+
+def test_constant_assistant_schedules_each_reach_generate_with_their_own_length(monkeypatch):
+    """``--assistant-tokens 4,12``: two HF assisted methods on the same draft weights, each
+    with a constant schedule of its own length and no confidence threshold, beside HF's
+    heuristic one (whose config is left as it was)."""
+    import types
+
+    from transformers import GenerationConfig
+
+    seen = []
+
+    def fake_generate(model, prompt, n, eos=None, temperature=0.0, **kw):
+        gc = kw["assistant_model"].generation_config if "assistant_model" in kw else None
+        seen.append(None if gc is None else (gc.num_assistant_tokens_schedule, gc.num_assistant_tokens))
+        return [1]
+
+    monkeypatch.setattr(bench_methods, "hf_generate", fake_generate)
+    draft = types.SimpleNamespace(generation_config=GenerationConfig(num_assistant_tokens=20))
+    args = types.SimpleNamespace(
+        temperature=0.0, assistant_schedule="heuristic", assistant_tokens="4,12", prompt_lookup="10"
+    )
+    made, skipped, _ = bench_methods.pair_hf_methods(args, None, draft, [])
+    assert skipped == {}
+    assert set(made) == {"hf", "hf_assisted", "hf_assisted_const4", "hf_assisted_const12", "hf_prompt_lookup"}
+    seen.clear()
+    for name in ("hf_assisted", "hf_assisted_const4", "hf_assisted_const12"):
+        made[name]([[5, 6]], 4, 0)
+    assert seen == [("heuristic", 20), ("constant", 4), ("constant", 12)]
