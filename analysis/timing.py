@@ -9,36 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import sys
 from datetime import datetime, UTC
 from pathlib import Path
 
+from stagedspec.metrics.machine import cpu_label
+
 FIELDS = ("started", "install_s", "sweep_s", "report_s")
-
-
-def cpu_name() -> str:
-    """The CPU's model name (``/proc/cpuinfo``) and the vector extensions that pick kernels."""
-    try:
-        info = Path("/proc/cpuinfo").read_text(encoding="utf-8")
-    except OSError:
-        return platform.processor() or platform.machine()
-    name = next(
-        (line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")),
-        platform.machine(),
-    )
-    flags = next((set(line.split(":", 1)[1].split()) for line in info.splitlines() if line.startswith("flags")), set())
-    ext = [
-        label
-        for flag, label in (
-            ("avx512_bf16", "AVX-512 BF16"),
-            ("avx512_vnni", "VNNI"),
-            ("amx_tile", "AMX"),
-            ("avx2", "AVX2"),
-        )
-        if flag in flags
-    ]
-    return f"{name} ({', '.join(ext)})" if ext else name
 
 
 def timing(values: dict[str, str]) -> dict:
@@ -51,7 +28,7 @@ def timing(values: dict[str, str]) -> dict:
         "started": datetime.fromtimestamp(started, UTC).strftime("%Y-%m-%d %H:%M UTC"),
         **parts,
         "total_s": sum(parts.values()),
-        "cpu": cpu_name(),
+        "cpu": cpu_label(),
         "threads": os.cpu_count(),
     }
 

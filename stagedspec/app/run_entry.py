@@ -120,14 +120,25 @@ def _run_job(
     """The job's steps: assemble it (load, calibrate, resolve tree=auto, warm up), predict,
     decode method and baseline paired, measure, write the files and log the run."""
     job = _assemble(plan)
-    target = job.target
     _log_assembly(plan, job, out_dir, tracker, run_id)
     prediction = _predict(plan, job, tracker, run_id)
-    with logging_redirect_tqdm():  # method and baseline interleaved batch by batch, `repeats` times each
+    run, ar = _decode(plan, job, job_num)
+    plain = ar.records if ar is not None and ar is not run else []  # plain decoding ran beside the method
+    metrics = _measure(plan, job, run, ar, plain, prediction)
+    _write(out_dir, run.records + plain, metrics, config_yaml)
+    _write_view(plan, job.target, run.records, out_dir)
+    _log_summary(plan, metrics, len(run.records), ar is not None, out_dir)
+    _log_results(plan, out_dir, params, metrics, run.records, plain, tracker, run_id, name, job.tree_choice is not None)
+    return metrics
+
+
+def _decode(plan: JobPlan, job: Job, job_num: int):
+    """The method and its baseline, interleaved batch by batch, ``repeats`` times each."""
+    with logging_redirect_tqdm():
         run, ar = decode_paired(
             job.method,
             job.baseline,
-            target,
+            job.target,
             plan.questions,
             batch_size=plan.batch_size,
             max_new_tokens=plan.max_new_tokens,
@@ -136,33 +147,36 @@ def _run_job(
             seed=plan.seed,
             after_batch=lambda: _maybe_fail(job_num),
         )
-        if plan.baseline and not plan.levels:
-            ar = run  # the method *is* the baseline: speedup 1 by definition
-    compared = ar is not None and ar is not run  # plain decoding ran beside the method
-    plain = ar.records if compared else []
+    if plan.baseline and not plan.levels:
+        ar = run  # the method *is* the baseline: speedup 1 by definition
+    return run, ar
+
+
+def _measure(plan: JobPlan, job: Job, run, ar, plain: list[dict], prediction) -> dict[str, float]:
+    """The job's metrics; greedy beside plain decoding also where and why the outputs left it."""
     metrics = job_metrics(run, ar, plan.sampling.greedy, prediction)
-    if plan.sampling.greedy and compared:  # where greedy left plain decoding, and why
-        found = divergences(target.model, run.records, plain)
+    if plan.sampling.greedy and ar is not None and ar is not run:
+        found = divergences(job.target.model, run.records, plain)
         for rec, d in zip(run.records, found):
             rec["divergence"] = d
         metrics |= divergence_metrics(found)
     metrics["model_load_s"] = job.load_s
     if job.tree_choice is not None:  # the tree's prediction beside what the run measured (tokens_per_call)
         metrics.update(job.tree_choice.metrics())
-    _write(out_dir, run.records + plain, metrics, config_yaml)
-    _write_view(plan, target, run.records, out_dir)
+    return metrics
+
+
+def _log_summary(plan: JobPlan, metrics: dict[str, float], n: int, compared: bool, out_dir: Path) -> None:
     log.info(
         "%s: %.2f tok/s%s, %.2f tokens/call, acceptance %.3f over %d prompts -> %s",
         plan.method,
         metrics["tokens_per_s"],
-        f" (AR {metrics['ar_tokens_per_s']:.2f}, speedup {metrics['speedup']:.3f})" if ar else "",
+        f" (AR {metrics['ar_tokens_per_s']:.2f}, speedup {metrics['speedup']:.3f})" if compared else "",
         metrics["mean_accepted_tokens_per_call"],
         metrics.get("acceptance_rate", float("nan")),
-        len(run.records),
+        n,
         out_dir,
     )
-    _log_results(plan, out_dir, params, metrics, run.records, plain, tracker, run_id, name, job.tree_choice is not None)
-    return metrics
 
 
 def _write_view(plan: JobPlan, target: LoadedModel, records: list[dict], out_dir: Path) -> None:

@@ -26,7 +26,7 @@ from stagedspec.engine.kv_cache import KVModel
 from stagedspec.engine.sampling import probabilities
 from stagedspec.engine.tree import DraftTree, DynamicShape, StaticShape, TreeShapeT, chain
 from stagedspec.engine.verification import verify_tree, verify_tree_greedy
-from .tree_growth import NodeDist, confident, grow_trees
+from .tree_growth import Expand, NodeDist, confident, grow_trees
 
 
 class ModelDrafter(Drafter):
@@ -130,6 +130,10 @@ class ModelDrafter(Drafter):
                 cursor[b] += 1
             return out
 
+        return self._grow(roots, expand)
+
+    def _grow(self, roots: list[NodeDist | None], expand: Expand) -> list[DraftTree]:
+        """``grow_trees`` with this drafter's shape, cap, sampling and stopping rule."""
         return grow_trees(
             self.tree,
             self.k,
@@ -246,17 +250,7 @@ class ModelDrafter(Drafter):
             return self._expand_around_spine(nodes, trees, spines, on_spine, slot)
 
         roots = [spines.known[b][0] for b in range(B)]  # the first inner round ran for every row
-        trees = grow_trees(
-            self.tree,
-            self.k,
-            roots,
-            expand,
-            self.sampling,
-            self.generator,
-            self.name,
-            self.stop_below,
-            self.stop_alternatives,
-        )
+        trees = self._grow(roots, expand)
         on_spine.forget()  # a dynamic tree was pruned and renumbered: node ids changed
         for b, tree in enumerate(trees):
             for n in range(len(tree)):

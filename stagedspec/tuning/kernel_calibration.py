@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from stagedspec.metrics.machine import cpu_model
 from stagedspec.engine.kernels import (
     HF_KERNELS,
     PATH_LINEAR,
@@ -90,15 +91,8 @@ def calibration_key(model: nn.Module, dtype: torch.dtype, threads: int, device: 
     }
 
 
-def cpu_name() -> str:
-    """The CPU's model name (part of every calibration cache key)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
+cpu_name = cpu_model
+"""The CPU's model name (part of every calibration cache key)."""
 
 
 def _time_pass(mods: list[nn.Linear], xs: list[torch.Tensor], path: str, reps: int) -> float:
