@@ -36,9 +36,12 @@ class SpeculativeDecoder:
         eos_token_ids: Sequence[int] = (),
         context_length: int | None = None,
         plan: KernelChoice = HF_KERNELS,
+        kv: KVModel | None = None,
     ) -> None:
         """``plan``: the kernel path of every model forward, target and draft levels alike
-        (``kernels.py``); the default is Hugging Face's own, bit for bit."""
+        (``kernels.py``); the default is Hugging Face's own, bit for bit. ``kv``: the target's
+        cache and forward if not ``target``'s own through ``plan`` (``llama_cpp_kv.LlamaCppKV``:
+        the same calls on llama.cpp; ``target`` then only gives the config)."""
         if plan.int4_rows and not plan.int4_exact:
             raise ValueError(
                 f"kernel plan {plan.describe()!r} multiplies by re-quantized 4-bit weights (int4_rows="
@@ -47,7 +50,7 @@ class SpeculativeDecoder:
                 f"own 4-bit weights (target.weights=gguf_q4)"
             )
         self.plan = plan
-        self.kv = KVModel(target, name=TARGET, plan=plan)
+        self.kv = KVModel(target, name=TARGET, plan=plan) if kv is None else kv
         self.drafter = drafter
         self.sampling = sampling
         self.eos = {int(t) for t in eos_token_ids}
