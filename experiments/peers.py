@@ -71,6 +71,8 @@ from stagedspec.evaluation.bench_setup import add_common_args, add_split_arg, dr
 from stagedspec.evaluation.bench_table import REFERENCE, markdown, summarize
 from stagedspec.models.chat_text import encode_prompt, eos_token_ids
 from stagedspec.tuning.kernel_calibration import kernel_plan
+from stagedspec.engine.llama_cpp_kv import LlamaCppKV
+from stagedspec.models.llama_cpp_model import gguf_path, load_llama_cpp
 from stagedspec.models.model_loading import ModelSpec, load_model
 from stagedspec.prompts.prompt_sets import load_prompt_set
 
@@ -121,17 +123,31 @@ def config_hash(args, files: dict[str, Path], methods: list[str] | None = None) 
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+WEIGHT_CHOICES = ("gguf_q4", "dense", "llama_cpp")
+
+
 def weight_plans(plan, weights: str) -> dict:
     """Name suffix -> kernel plan for each of ``--weights``: gguf_q4 the calibrated plan as it
-    is, dense the same plan without its 4-bit rows (the same model object, every GEMM dense);
-    with one value the suffix is empty."""
+    is, dense the same plan without its 4-bit rows (the same model object, every GEMM dense),
+    llama_cpp the calibrated plan for the draft levels while the target runs on llama.cpp
+    (``llama_cpp_suffix``); with one value the suffix is empty."""
     names = [w.strip() for w in weights.split(",") if w.strip()]
-    bad = [w for w in names if w not in ("gguf_q4", "dense")]
+    bad = [w for w in names if w not in WEIGHT_CHOICES]
     if bad or not names:
-        raise SystemExit(f"--weights: {weights!r}; valid: gguf_q4, dense, or both comma-separated")
+        raise SystemExit(f"--weights: {weights!r}; valid: {', '.join(WEIGHT_CHOICES)}, or several comma-separated")
     dense = dataclasses.replace(plan, int4_rows=0, int4_exact=False, name=plan.name + "-dense")
-    plans = {w: plan if w == "gguf_q4" else dense for w in names}
-    return {("" if len(names) == 1 or w == "gguf_q4" else "@" + w): p for w, p in plans.items()}
+    plans = {w: dense if w == "dense" else plan for w in names}
+    return {_suffix(w, names): p for w, p in plans.items()}
+
+
+def _suffix(weights: str, names: list[str]) -> str:
+    return "" if len(names) == 1 or weights == "gguf_q4" else "@" + weights
+
+
+def llama_cpp_suffix(weights: str) -> str | None:
+    """The name suffix of our methods whose target runs on llama.cpp, None if none does."""
+    names = [w.strip() for w in weights.split(",") if w.strip()]
+    return _suffix("llama_cpp", names) if "llama_cpp" in names else None
 
 
 def default_tracking_uri() -> str:
@@ -307,10 +323,15 @@ def main(argv=None) -> None:
         hf, skipped, info = hf_methods(args, hf_model, target.name, files, eos)
         ours, skipped_ours = our_methods(target, files, args.k, args.tree or None, args.lower_k)
         skipped.update(skipped_ours)
+    on_llama = llama_cpp_suffix(args.weights)
+    llama_kv = None
+    if on_llama is not None:  # our methods' target on llama.cpp, over the same GGUF file
+        handle = load_llama_cpp(gguf_path(spec), threads=args.threads, vocab_size=target.vocab_size)
+        llama_kv = LlamaCppKV(handle)
     methods = {
         **hf,
         **{
-            m + suffix: ours_fn(target, make, sampling, eos, p)
+            m + suffix: ours_fn(target, make, sampling, eos, p, kv=llama_kv if suffix == on_llama else None)
             for m, make in ours.items()
             for suffix, p in weight_plans(plan, args.weights).items()
         },

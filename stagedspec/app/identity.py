@@ -65,10 +65,13 @@ def config_hash(cfg: DictConfig) -> str:
     ``levels.x=null`` and ``levels.x.enabled=false`` hash alike) and a spec_bench file's
     path resolved (so ``data.path=null`` with $STAGEDSPEC_DATA and that file's path hash
     alike; a packaged prompt set has no path in the hash: its pinned version fixes it).
-    ``data.split`` ``all`` hashes as no split at all (``_hashed_data``)."""
+    ``data.split`` ``all`` hashes as no split at all (``_hashed_data``), ``target.backend``
+    ``torch`` as no backend key."""
     payload = _without(cfg, HASH_EXCLUDED_KEYS)
     payload["levels"] = [level_dict(s, d) for s, d in level_slots(cfg)]
     payload["data"] = _hashed_data(dict(payload.get("data") or {}))
+    if isinstance(payload.get("target"), dict) and payload["target"].get("backend") == "torch":
+        del payload["target"]["backend"]  # the default hashes as before the setting existed
     text = json.dumps(_hashed_targets(payload), sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
 

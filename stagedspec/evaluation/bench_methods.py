@@ -46,9 +46,12 @@ def hf_generate(
     return new if stop is None else new[: stop + 1]
 
 
-def ours_fn(target, make, sampling, eos, plan) -> RunFn:
+def ours_fn(target, make, sampling, eos, plan, kv=None) -> RunFn:
+    """One of our methods: a fresh drafter from ``make`` each run; ``kv``: the target's cache
+    if not its torch model's (``LlamaCppKV``)."""
+
     def run(prompts, n, seed):
-        res = SpeculativeDecoder(target.model, make(), replace(sampling, seed=seed), eos, plan=plan).generate(
+        res = SpeculativeDecoder(target.model, make(), replace(sampling, seed=seed), eos, plan=plan, kv=kv).generate(
             prompts, n
         )
         s = res.summary()

@@ -16,12 +16,16 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from collections.abc import Callable
 
+import torch
+
 from stagedspec.drafters.hierarchy import build_hierarchy, hierarchy_key
 from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.drafter_protocol import Drafter
 from stagedspec.engine.kernels import KernelChoice
+from stagedspec.engine.llama_cpp_kv import LlamaCppKV
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.models.chat_text import encode, eos_token_ids
+from stagedspec.models.llama_cpp_model import gguf_path, load_llama_cpp
 from stagedspec.models.model_loading import LoadedModel, ModelSpec, load_cached
 from stagedspec.tuning.auto_tree import resolve_auto_tree
 from stagedspec.tuning.kernel_calibration import kernel_plan
@@ -123,15 +127,27 @@ def make_decoders(
 ) -> tuple[SpeculativeDecoder, SpeculativeDecoder | None]:
     """The method's decoder and (``with_baseline``) plain decoding's, sharing every kernel choice."""
     eos = eos_token_ids(target)
+    kv = target_cache(target)  # one llama.cpp context serves both decoders (each generate resets it)
     method = SpeculativeDecoder(
-        target.model, drafter, sampling, eos, context_length=target.context_length, plan=kernels
+        target.model, drafter, sampling, eos, context_length=target.context_length, plan=kernels, kv=kv
     )
     baseline = None
     if with_baseline:
         baseline = SpeculativeDecoder(
-            target.model, None, sampling, eos, context_length=target.context_length, plan=kernels
+            target.model, None, sampling, eos, context_length=target.context_length, plan=kernels, kv=kv
         )
     return method, baseline
+
+
+def target_cache(target: LoadedModel) -> LlamaCppKV | None:
+    """The target's cache on llama.cpp for ``backend=llama_cpp`` (None: the torch model's own)."""
+    spec = target.spec
+    if getattr(spec, "backend", "torch") != "llama_cpp":
+        return None
+    handle = load_llama_cpp(
+        gguf_path(spec), threads=torch.get_num_threads(), gpu=spec.device == "cuda", vocab_size=target.vocab_size
+    )
+    return LlamaCppKV(handle)
 
 
 def room_for_prompt(target: LoadedModel, method: SpeculativeDecoder, max_new_tokens: int) -> int:

@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 SOURCES = ("embedded", "hf", "gguf", "tiny", "truncated")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 WEIGHTS = ("dense", "gguf_q4")
+BACKENDS = ("torch", "llama_cpp")
+"""Who runs the target's forwards: this project's torch path (kernel plans), or llama.cpp on the
+same GGUF file (``models/llama_cpp_model.py``, optional; draft levels always run on torch)."""
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
 """The attention kernels a model may use: the two the tree attention mask (a draft tree's
 ancestors-only mask over the cache) is tested with."""
@@ -85,6 +88,10 @@ class ModelSpec:
     """"dense": every weight in ``dtype`` (a GGUF dequantized once); "gguf_q4": besides, the
     GGUF's own 4-bit blocks (Q4_K, Q4_1) for torch's CPU int4 kernel, which a fast kernel plan
     uses at the row counts where it is faster (``models/gguf_int4.py``)."""
+    backend: str = "torch"
+    """Who runs the forwards when this is the target (``BACKENDS``): "torch", or "llama_cpp"
+    (the GGUF file itself through llama.cpp's kernels; the torch model still gives the config,
+    tokenizer and the draft levels' shared parts)."""
 
     def validate(self) -> None:
         """Raise ValueError / FileNotFoundError naming the bad value; loads nothing."""
@@ -108,6 +115,13 @@ class ModelSpec:
             raise ValueError(
                 f"weights='gguf_q4' reads a GGUF's 4-bit blocks for a CPU kernel; source "
                 f"{self.source!r} on {self.device!r} has none: set weights=dense"
+            )
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown backend {self.backend!r}; valid: {list(BACKENDS)}")
+        if self.backend == "llama_cpp" and self.source not in ("embedded", "gguf"):
+            raise ValueError(
+                f"backend='llama_cpp' runs a GGUF file; source {self.source!r} has none: use source embedded "
+                f"or gguf, or backend=torch"
             )
         if self.source == "embedded" and self.embedded not in PACKAGED:
             raise ValueError(f"unknown embedded model {self.embedded!r}; valid: {sorted(PACKAGED)}")

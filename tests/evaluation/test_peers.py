@@ -417,8 +417,12 @@ def test_weights_give_each_of_our_methods_the_plan_with_or_without_its_4bit_rows
     assert set(both) == {"", "@dense"} and both[""] is plan
     assert both["@dense"].int4_rows == 0 and both["@dense"].linear == plan.linear
     assert peers.weight_plans(plan, "dense")[""].int4_rows == 0
-    with pytest.raises(SystemExit, match=r"--weights: 'q8'; valid: gguf_q4, dense"):
+    with pytest.raises(SystemExit, match=r"--weights: 'q8'; valid: gguf_q4, dense, llama_cpp"):
         peers.weight_plans(plan, "q8")
+    three = peers.weight_plans(plan, "gguf_q4,llama_cpp,dense")
+    assert set(three) == {"", "@llama_cpp", "@dense"} and three["@llama_cpp"] is plan  # the drafts' plan
+    assert peers.llama_cpp_suffix("gguf_q4,llama_cpp") == "@llama_cpp"
+    assert peers.llama_cpp_suffix("llama_cpp") == "" and peers.llama_cpp_suffix("gguf_q4,dense") is None
 
 
 def test_pair_methods_build_the_levels_the_string_names_with_percent_as_probability():
