@@ -9,12 +9,15 @@ medians. The plans: the calibrated fast plan of ``target.weights=gguf_q4`` (the 
 on the file's Q4_K codes at the row counts its calibration chose) and the same plan without
 its 4-bit rows (every GEMM dense: what ``weights=dense`` runs), on one model object. Beside
 them, each plan's bytes of weights per 1-row step and the read bandwidth probed before and
-after (the read floor: bytes / bandwidth).
+after (the read floor: bytes / bandwidth). ``--llama-cpp``: a third column set, the same
+forwards on llama.cpp over the same GGUF file (``target.backend=llama_cpp``; the file's own
+blocks, every tensor in its stored type), interleaved with the others.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import platform
@@ -25,9 +28,30 @@ from pathlib import Path
 import torch
 
 from stagedspec.engine.kv_cache import KVModel
+from stagedspec.engine.llama_cpp_kv import LlamaCppKV
+from stagedspec.engine.tree import DraftTree
+from stagedspec.models.llama_cpp_model import gguf_path, load_llama_cpp
 from stagedspec.evaluation.bench_machine import read_bandwidth, step_bytes, time_forward
 from stagedspec.tuning.kernel_calibration import cpu_name, kernel_plan
 from stagedspec.models.model_loading import ModelSpec, load_model
+
+
+def time_llama_cpp(kv: LlamaCppKV, context: list[int], n: int) -> float:
+    """``time_forward`` on llama.cpp: the tail and a chain of n - 1 more, logits at all n."""
+    (tail,) = kv.sync([context], min_tail=1)
+    chain = [(context[-1] + 17 * i) % kv.vocab_size for i in range(1, n)]
+    tree = DraftTree(tokens=chain, parents=[j - 1 for j in range(len(chain))], q=[None] * len(chain))
+    t0 = time.perf_counter()
+    kv.extend_trees([tail], [tree])
+    dt = time.perf_counter() - t0
+    kv.sync([context])
+    return dt
+
+
+def gguf_bytes(spec) -> int:
+    """The bytes of a GGUF's tensors a llama.cpp step reads: the file less its header (an upper
+    bound: the token embedding is read a row at a time)."""
+    return gguf_path(spec).stat().st_size
 
 
 def main(argv=None) -> None:
@@ -37,6 +61,7 @@ def main(argv=None) -> None:
     ap.add_argument("--context", type=int, default=300)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--llama-cpp", action="store_true", help="also time the target on llama.cpp (optional install)")
     ap.add_argument("--out", default=None, help="write the markdown table here (and the JSON beside it)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -50,18 +75,26 @@ def main(argv=None) -> None:
     for name, plan in plans.items():
         kvs[name] = KVModel(target.model, plan=plan)
         kvs[name].reset(1)
+    if args.llama_cpp:
+        handle = load_llama_cpp(gguf_path(target.spec), threads=args.threads, vocab_size=target.vocab_size)
+        kvs["llama_cpp"] = LlamaCppKV(handle)
+        kvs["llama_cpp"].reset(1)
+        plans["llama_cpp"] = None
     times: dict[str, dict[int, list[float]]] = {p: {n: [] for n in rows} for p in plans}
     with torch.no_grad():
         for r in range(args.repeats + 1):  # repeat 0: warm-up, not kept
             for name in plans if r % 2 else reversed(list(plans)):
-                with plans[name].active():
+                with plans[name].active() if plans[name] is not None else contextlib.nullcontext():
                     for n in rows:
-                        t = time_forward(kvs[name], ctx, n)
+                        t = (time_llama_cpp if plans[name] is None else time_forward)(kvs[name], ctx, n)
                         if r:
                             times[name][n].append(1000 * t)
     bw.append(read_bandwidth())
     med = {p: {n: statistics.median(v) for n, v in d.items()} for p, d in times.items()}
-    nbytes = {p: step_bytes(target.model, plan=plan) for p, plan in plans.items()}
+    nbytes = {
+        p: step_bytes(target.model, plan=plan) if plan is not None else gguf_bytes(target.spec)
+        for p, plan in plans.items()
+    }
     lines = [
         f"## Target step T(n): {target.name}, bfloat16 activations, {args.threads} threads, context {args.context}",
         "",

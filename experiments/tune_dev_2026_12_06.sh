@@ -29,3 +29,9 @@ python experiments/peers.py "${common[@]}" "${mt[@]}" --temperature 0 --hf-metho
   --ours "ar,copy:10:1,q4:8:50:2,q4:12:50:2,$staged,ngram:1:30>q4:8:50:2>copy:24:6,ngram:1:30>q4:12:50:2>route:24" \
   --out docs/tuning/dev-mtbench-t0
 date -u
+if python -c "import llama_cpp" 2>/dev/null; then  # the target on llama.cpp: the 0.5B's k and the copy span there
+  python experiments/peers.py "${common[@]/gguf_q4/llama_cpp}" "${he[@]}" --temperature 0 --hf-methods none \
+    --ours "ar,copy:10:1,copy:16:1,q4:8:50:2,q4:12:50:2,ngram:1:30>q4:8:50:2>copy:24:6,$staged" \
+    --out docs/tuning/dev-humaneval-t0-llama-cpp
+  date -u
+fi

@@ -248,15 +248,35 @@ def _real_handle():
     return llama_cpp_model.load_llama_cpp(llama_cpp_model.gguf_path(spec), threads=torch.get_num_threads())
 
 
-def test_on_llama_cpp_speculative_greedy_equals_plain_on_the_same_backend():
+def test_on_llama_cpp_speculative_greedy_equals_plain_up_to_near_ties():
+    """Greedy speculative (chains and tries) against plain decoding, both on llama.cpp: equal, or
+    apart first where plain's own top two logits nearly tie (ggml's rounding moves with the rows
+    a forward carries, as bf16's does on torch); a broken mask or commit leaves wide gaps."""
     handle = _real_handle()
     try:
         kv = LlamaCppKV(handle)
         stub = _TargetStub()
         prompts = [[1, 504, 3458, 282, 253, 1789, 30, 504, 3458, 282], [1, 2, 3, 4, 5]]
-        plain = SpeculativeDecoder(stub, None, SamplingConfig(), kv=kv).generate(prompts, 32)
+        plain = [
+            s.output_ids
+            for s in SpeculativeDecoder(stub, None, SamplingConfig(), kv=kv).generate(prompts, 32).sequences
+        ]
+        same = 0
         for drafter in (PromptLookupDrafter(k=6), PromptLookupDrafter(k=6, max_candidates=3)):
-            spec = SpeculativeDecoder(stub, drafter, SamplingConfig(), kv=kv).generate(prompts, 32)
-            assert [s.output_ids for s in spec.sequences] == [s.output_ids for s in plain.sequences]
+            res = SpeculativeDecoder(stub, drafter, SamplingConfig(), kv=kv).generate(prompts, 32)
+            assert res.target_calls < sum(len(s.output_ids) for s in res.sequences)
+            for p, ref, seq in zip(prompts, plain, res.sequences):
+                out = seq.output_ids
+                i = next((j for j in range(min(len(ref), len(out))) if ref[j] != out[j]), None)
+                if i is None:
+                    same += 1
+                    continue
+                kv.reset(1)  # plain's own logits where the two first differ, through one row
+                ctx = p + ref[:i]
+                kv.extend_chain(kv.sync([ctx[:-1]]), want_last=False)
+                logits = kv.extend_chain(kv.sync([ctx], min_tail=1))[0][0]
+                gap = float(logits[ref[i]] - logits[out[i]])
+                assert 0 <= gap < 0.1, (i, gap)
+        assert same >= 2
     finally:
         handle.close()
