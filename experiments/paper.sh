@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The paper-scale sweep (conf/experiment/paper.yaml: 28 jobs, an estimated 55 minutes on 2 cores (the HumanEval half: 23)) and its
+# The paper-scale sweep (conf/experiment/paper.yaml: 28 jobs, 47 minutes on 2 cores) and its
 # report, written to docs/paper/<date>/ (report.md, figures, runs.csv, timing.json): the framework's
 # reference figures. Nothing else should run beside it. Re-running resumes (finished jobs skipped).
 #   bash experiments/paper.sh [DATE]      # MLflow database: ./mlflow.db, experiment stagedspec-paper

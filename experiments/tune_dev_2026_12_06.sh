@@ -6,6 +6,8 @@
 # prompt lookup's span and min match, the 0.5B's k alone and staged, the bypass's min match, the
 # router; HF prompt lookup (num tokens x n-gram size) and HF assisted (heuristic, constant 4/8/12).
 # Tables under docs/tuning/; the defaults' "# tuned on:" notes in conf/drafter/ cite them.
+# On 2026-12-06 it ran its T = 0 part only (05:34-05:51 UTC, docs/tuning/dev-humaneval-t0); the rest
+# ran cut to fit the session, at T = 0's best settings, as tune_dev_2026_12_06b.sh.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 . .venv/bin/activate

@@ -141,6 +141,12 @@ def validate_cfg(cfg: DictConfig, with_data: bool = True, extra_keys: tuple[str,
     target = checked_target(cfg)
     sampling = instantiate(cfg.get("sampling"), "sampling")
     levels = checked_levels(cfg)
+    if getattr(target, "backend", "torch") == "llama_cpp" and any(
+        getattr(lv, "reads_features", False) for lv in levels
+    ):
+        raise ConfigError(
+            "target.backend=llama_cpp returns no hidden states, which a feature draft reads: use target.backend=torch"
+        )
     check_vocab_sizes(target, levels)
     check_context(target, levels, settings["max_new_tokens"])
     check_caches(target, levels)

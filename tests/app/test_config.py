@@ -582,3 +582,22 @@ def test_a_bad_prediction_source_is_refused_before_any_model_loads(hydra_ctx):
     assert plan.prediction_source == "training"
     with pytest.raises(ConfigError, match=r"prediction.source must be one of \['heldout', 'training'\], got 'data'"):
         validate_cfg(make("experiment=tiny", "prediction.source=data"), with_data=False)
+
+
+def test_the_llama_cpp_backend_is_refused_before_loading_when_it_cannot_run(hydra_ctx, no_model_loads, monkeypatch):
+    """target.backend: an unknown name, a source with no GGUF, missing bindings and a feature
+    draft (it reads hidden states llama.cpp does not return), each one line before loading."""
+    from stagedspec.models import llama_cpp_model
+
+    assert "unknown backend 'ggml'" in one_line_error("target.backend=ggml")
+    assert "source 'tiny' has none" in one_line_error("experiment=tiny", "target.backend=llama_cpp")
+
+    def missing():
+        raise RuntimeError("target.backend=llama_cpp needs llama-cpp-python (ImportError: no llama_cpp); pip ...")
+
+    monkeypatch.setattr("stagedspec.app.validation.bindings", missing)
+    assert one_line_error("target.backend=llama_cpp").startswith("target.backend: target.backend=llama_cpp needs")
+    monkeypatch.setattr("stagedspec.app.validation.bindings", lambda: llama_cpp_model)
+    assert validate_cfg(make("target.backend=llama_cpp")).target.backend == "llama_cpp"
+    msg = one_line_error("stack=smollm2", "target.backend=llama_cpp", "+drafter@levels.feat=feature")
+    assert "returns no hidden states" in msg
