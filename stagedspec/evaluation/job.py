@@ -25,7 +25,7 @@ from stagedspec.engine.kernels import KernelChoice
 from stagedspec.engine.llama_cpp_kv import LlamaCppKV
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.models.chat_text import encode, eos_token_ids
-from stagedspec.models.llama_cpp_model import gguf_path, load_llama_cpp
+from stagedspec.models.llama_cpp_model import gguf_path, load_llama_cpp_cached
 from stagedspec.models.model_loading import LoadedModel, ModelSpec, load_cached
 from stagedspec.tuning.auto_tree import resolve_auto_tree
 from stagedspec.tuning.kernel_calibration import kernel_plan
@@ -144,7 +144,7 @@ def target_cache(target: LoadedModel) -> LlamaCppKV | None:
     spec = target.spec
     if getattr(spec, "backend", "torch") != "llama_cpp":
         return None
-    handle = load_llama_cpp(
+    handle = load_llama_cpp_cached(
         gguf_path(spec), threads=torch.get_num_threads(), gpu=spec.device == "cuda", vocab_size=target.vocab_size
     )
     return LlamaCppKV(handle)

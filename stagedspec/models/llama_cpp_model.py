@@ -10,6 +10,7 @@ assembled from (checked by its hash) is loaded, so both backends read the same w
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,3 +130,10 @@ def load_llama_cpp(
     return LlamaCppHandle(
         lib, model, ctx, Path(path), n_vocab, vocab_size or n_vocab, n_batch, n_seq_max, n_ctx, threads
     )
+
+
+@functools.cache
+def load_llama_cpp_cached(path: Path, threads: int, gpu: bool = False, vocab_size: int | None = None) -> LlamaCppHandle:
+    """``load_llama_cpp`` once per process for each file and setting: the jobs of a sweep share
+    the loaded model and its context (each decode resets the cache)."""
+    return load_llama_cpp(path, threads=threads, gpu=gpu, vocab_size=vocab_size)
