@@ -21,7 +21,7 @@ Logits are the context's float32 output rows, copied once per call. What the tar
 computes: llama.cpp's forward over the GGUF's quantized blocks (Q4_K, Q6_K ... with its own
 activation quantization), so its logits differ from Hugging Face's bf16 forward, and between
 row counts by ggml's own rounding; speculative decoding is exact against plain decoding on
-this same backend up to that rounding (tests: ``tests/engine/test_llama_cpp_kv.py``).
+this same backend up to that rounding (tests: ``tests/drafters/test_llama_cpp_kv.py``).
 """
 
 from __future__ import annotations

@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .model_loading import embedded_gguf_path
+from .packaged import gguf_file, packaged
+
 log = logging.getLogger(__name__)
 
 HOW = (
@@ -70,9 +73,6 @@ def gguf_path(spec: Any) -> Path:
     """The GGUF file a ``ModelSpec`` names, whole on disk: a given file (``source: gguf``), a
     package's own file, or a chunked package's file assembled once (each chunk and the whole
     checked against their hashes) into ``<cache_dir>/gguf/`` and kept there."""
-    from .model_loading import embedded_gguf_path
-    from .packaged import gguf_file, packaged
-
     if spec.source == "gguf":
         return Path(spec.path).expanduser().resolve()
     if spec.source != "embedded":

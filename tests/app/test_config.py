@@ -599,5 +599,11 @@ def test_the_llama_cpp_backend_is_refused_before_loading_when_it_cannot_run(hydr
     assert one_line_error("target.backend=llama_cpp").startswith("target.backend: target.backend=llama_cpp needs")
     monkeypatch.setattr("stagedspec.app.validation.bindings", lambda: llama_cpp_model)
     assert validate_cfg(make("target.backend=llama_cpp")).target.backend == "llama_cpp"
-    msg = one_line_error("stack=smollm2", "target.backend=llama_cpp", "+drafter@levels.feat=feature")
+    msg = one_line_error(
+        "stack=smollm2",
+        "target.backend=llama_cpp",
+        "levels.ngram=null",
+        "levels.small=null",
+        "+drafter@levels.feat=feature",
+    )
     assert "returns no hidden states" in msg

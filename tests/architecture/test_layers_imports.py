@@ -35,9 +35,9 @@ the drafters, so neither can reach it: only an assembly above it calls it."""
 TOP_MODULES = {"__init__": None, "run": "app", "generate": "app", "distill": "app"}
 """Modules at the top of stagedspec/ and the room each counts as (None: imports nothing)."""
 
-LAZY_ALLOWED = ("transformers", "safetensors", "gguf", "mlflow", "hydra", "pandas", "git")
+LAZY_ALLOWED = ("transformers", "safetensors", "gguf", "mlflow", "hydra", "pandas", "git", "llama_cpp")
 """Libraries a function may import: optional (gguf only for GGUF files, git for run
-context) or heavy to import (transformers, mlflow, pandas), needed on one path only."""
+context, llama_cpp for target.backend=llama_cpp) or heavy to import (transformers, mlflow, pandas), needed on one path only."""
 
 
 def modules() -> list[Path]:
