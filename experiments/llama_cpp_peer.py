@@ -14,7 +14,8 @@ Per prompt and mode, in turn: ``plain`` is ``llama-bench -p 0 -n N -d <prompt le
 (token generation at the prompt's depth); every other mode is ``llama-speculative-simple
 --spec-type <mode>`` at ``--temp`` (``draft-simple`` with the 0.5B as ``-md``, its
 ``--spec-draft-n-max`` and ``--spec-draft-p-min`` from the mode string
-``draft-simple:16:0.75``), ``--ignore-eos`` so every mode decodes N tokens. The rates are the
+``draft-simple:16:0.75``; ``ngram-simple:N:M`` sets its lookup and draft n-gram sizes, 12 and 48
+by default), ``--ignore-eos`` so every mode decodes N tokens. The rates are the
 programs' own (decode seconds, prompt processing excluded), as ours exclude the prefill.
 """
 
@@ -47,6 +48,10 @@ def parse_args(argv=None):
     ap.add_argument("--data", default="humaneval")
     add_split_arg(ap)
     ap.add_argument("--prompts", type=int, default=4, help="the first N prompts of --split (as peers.py picks them)")
+    ap.add_argument(
+        "--first-prompt", type=int, default=0, help="skip this many prompts of the split first (peers.py's)"
+    )
+    ap.add_argument("--stride", type=int, default=1, help="then take every N-th prompt (peers.py's)")
     ap.add_argument("--modes", default="plain,ngram-simple,ngram-mod,draft-simple:16:0.75,draft-simple:8:0.5")
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--threads", type=int, default=2)
@@ -113,6 +118,9 @@ def spec_rate(
     if kind.startswith("draft"):
         n_max, p_min = rest or ("16", "0.75")
         cmd += ["-md", str(draft), "-td", str(threads), "--spec-draft-n-max", n_max, "--spec-draft-p-min", p_min]
+    elif kind == "ngram-simple" and rest:  # ngram-simple:N:M, its lookup n-gram and draft lengths
+        size_n, size_m = rest
+        cmd += ["--spec-ngram-simple-size-n", size_n, "--spec-ngram-simple-size-m", size_m]
     text = "\n".join(run(cmd))
     m = DECODED.search(text)
     if m is None:
@@ -133,7 +141,7 @@ def main(argv=None) -> None:
     # the tokenizer only, from the assembled GGUF (the one the model cache saves), not the 3 GB model
     tok = AutoTokenizer.from_pretrained(str(tgt_gguf.parent), gguf_file=tgt_gguf.name)
     rows = []
-    for q in pick_prompts(load_prompt_set(args.data, split=args.split), args.prompts):
+    for q in pick_prompts(load_prompt_set(args.data, split=args.split)[args.first_prompt :: args.stride], args.prompts):
         i = q.question_id
         ids = encode_prompt(tok, q.turns[:1])
         prompt_file = work / f"prompt-{i}.txt"
