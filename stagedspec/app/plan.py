@@ -20,6 +20,7 @@ from omegaconf import DictConfig
 
 from stagedspec.drafters.hierarchy import target_facing
 from stagedspec.metrics.run_schema import method_name
+from stagedspec.models.llama_cpp_model import bindings
 from .validation import (
     CONF_DIR,
     ConfigError,
@@ -141,12 +142,8 @@ def validate_cfg(cfg: DictConfig, with_data: bool = True, extra_keys: tuple[str,
     target = checked_target(cfg)
     sampling = instantiate(cfg.get("sampling"), "sampling")
     levels = checked_levels(cfg)
-    if getattr(target, "backend", "torch") == "llama_cpp" and any(
-        getattr(lv, "reads_features", False) for lv in levels
-    ):
-        raise ConfigError(
-            "target.backend=llama_cpp returns no hidden states, which a feature draft reads: use target.backend=torch"
-        )
+    if getattr(target, "backend", "torch") == "llama_cpp":
+        check_llama_cpp(levels)
     check_vocab_sizes(target, levels)
     check_context(target, levels, settings["max_new_tokens"])
     check_caches(target, levels)
@@ -172,3 +169,16 @@ def validate_cfg(cfg: DictConfig, with_data: bool = True, extra_keys: tuple[str,
         heldout_questions=heldout,
         **settings,
     )
+
+
+def check_llama_cpp(levels: list[Any]) -> None:
+    """``target.backend=llama_cpp``: its bindings importable (an optional install) and no level
+    reading the target's hidden states (llama.cpp returns none); before any model loads."""
+    try:
+        bindings()
+    except RuntimeError as e:
+        raise ConfigError(f"target.backend: {e}") from e
+    if any(getattr(lv, "reads_features", False) for lv in levels):
+        raise ConfigError(
+            "target.backend=llama_cpp returns no hidden states, which a feature draft reads: use target.backend=torch"
+        )

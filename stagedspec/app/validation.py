@@ -22,7 +22,6 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from stagedspec.drafters.hierarchy import target_facing, validate_levels
-from stagedspec.models.llama_cpp_model import bindings
 from stagedspec.models.model_loading import SOURCES, check_cache_dir, peek_context_length, peek_vocab_size
 from stagedspec.prompts import prompt_sets, splits
 
@@ -478,11 +477,6 @@ def checked_target(cfg: DictConfig) -> Any:
         target.validate()
     except (ValueError, FileNotFoundError) as e:
         raise ConfigError(f"target: {e}") from e
-    if getattr(target, "backend", "torch") == "llama_cpp":
-        try:
-            bindings()  # an optional install: refused here, before any model loads
-        except RuntimeError as e:
-            raise ConfigError(f"target.backend: {e}") from e
     return target
 
 

@@ -595,9 +595,9 @@ def test_the_llama_cpp_backend_is_refused_before_loading_when_it_cannot_run(hydr
     def missing():
         raise RuntimeError("target.backend=llama_cpp needs llama-cpp-python (ImportError: no llama_cpp); pip ...")
 
-    monkeypatch.setattr("stagedspec.app.validation.bindings", missing)
+    monkeypatch.setattr("stagedspec.app.plan.bindings", missing)
     assert one_line_error("target.backend=llama_cpp").startswith("target.backend: target.backend=llama_cpp needs")
-    monkeypatch.setattr("stagedspec.app.validation.bindings", lambda: llama_cpp_model)
+    monkeypatch.setattr("stagedspec.app.plan.bindings", lambda: llama_cpp_model)
     assert validate_cfg(make("target.backend=llama_cpp")).target.backend == "llama_cpp"
     msg = one_line_error(
         "stack=smollm2",
