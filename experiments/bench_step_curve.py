@@ -32,7 +32,8 @@ from stagedspec.engine.llama_cpp_kv import LlamaCppKV
 from stagedspec.engine.tree import DraftTree
 from stagedspec.models.llama_cpp_model import gguf_path, load_llama_cpp
 from stagedspec.evaluation.bench_machine import read_bandwidth, step_bytes, time_forward
-from stagedspec.tuning.kernel_calibration import cpu_name, kernel_plan
+from stagedspec.metrics.machine import cpu_model
+from stagedspec.tuning.kernel_calibration import kernel_plan
 from stagedspec.models.model_loading import ModelSpec, load_model
 
 
@@ -49,8 +50,8 @@ def time_llama_cpp(kv: LlamaCppKV, context: list[int], n: int) -> float:
 
 
 def gguf_bytes(spec) -> int:
-    """The bytes of a GGUF's tensors a llama.cpp step reads: the file less its header (an upper
-    bound: the token embedding is read a row at a time)."""
+    """The bytes a llama.cpp step reads at most: the GGUF file's size (an upper bound: its header
+    and the token embedding, of which a step reads a few rows, count whole)."""
     return gguf_path(spec).stat().st_size
 
 
@@ -98,7 +99,7 @@ def main(argv=None) -> None:
     lines = [
         f"## Target step T(n): {target.name}, bfloat16 activations, {args.threads} threads, context {args.context}",
         "",
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {cpu_name()} ({platform.machine()}), "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {cpu_model()} ({platform.machine()}), "
         f"{args.repeats} repeats interleaved, medians (ms). Plan: {q4.describe()}.",
         "",
         "| plan | " + " | ".join(f"T({n})" for n in rows) + " | T(16)/T(1) | MB/step (1 row) | read floor ms |",

@@ -131,7 +131,7 @@ def weight_plans(plan, weights: str) -> dict:
     is, dense the same plan without its 4-bit rows (the same model object, every GEMM dense),
     llama_cpp the calibrated plan for the draft levels while the target runs on llama.cpp
     (``llama_cpp_suffix``); with one value the suffix is empty."""
-    names = [w.strip() for w in weights.split(",") if w.strip()]
+    names = _weight_names(weights)
     bad = [w for w in names if w not in WEIGHT_CHOICES]
     if bad or not names:
         raise SystemExit(f"--weights: {weights!r}; valid: {', '.join(WEIGHT_CHOICES)}, or several comma-separated")
@@ -140,13 +140,17 @@ def weight_plans(plan, weights: str) -> dict:
     return {_suffix(w, names): p for w, p in plans.items()}
 
 
+def _weight_names(weights: str) -> list[str]:
+    return [w.strip() for w in weights.split(",") if w.strip()]
+
+
 def _suffix(weights: str, names: list[str]) -> str:
     return "" if len(names) == 1 or weights == "gguf_q4" else "@" + weights
 
 
 def llama_cpp_suffix(weights: str) -> str | None:
     """The name suffix of our methods whose target runs on llama.cpp, None if none does."""
-    names = [w.strip() for w in weights.split(",") if w.strip()]
+    names = _weight_names(weights)
     return _suffix("llama_cpp", names) if "llama_cpp" in names else None
 
 

@@ -123,8 +123,9 @@ def _run_job(
     _log_assembly(plan, job, out_dir, tracker, run_id)
     prediction = _predict(plan, job, tracker, run_id)
     run, ar = _decode(plan, job, job_num)
-    plain = ar.records if ar is not None and ar is not run else []  # plain decoding ran beside the method
-    metrics = _measure(plan, job, run, ar, plain, prediction)
+    compared = ar is not None and ar is not run  # plain decoding ran beside the method
+    plain = ar.records if compared else []
+    metrics = _measure(plan, job, run, ar, plain, compared, prediction)
     _write(out_dir, run.records + plain, metrics, config_yaml)
     _write_view(plan, job.target, run.records, out_dir)
     _log_summary(plan, metrics, len(run.records), ar is not None, out_dir)
@@ -152,10 +153,11 @@ def _decode(plan: JobPlan, job: Job, job_num: int):
     return run, ar
 
 
-def _measure(plan: JobPlan, job: Job, run, ar, plain: list[dict], prediction) -> dict[str, float]:
-    """The job's metrics; greedy beside plain decoding also where and why the outputs left it."""
+def _measure(plan: JobPlan, job: Job, run, ar, plain: list[dict], compared: bool, prediction) -> dict[str, float]:
+    """The job's metrics; greedy beside plain decoding (``compared``; ``plain`` its records)
+    also where and why the outputs left it."""
     metrics = job_metrics(run, ar, plan.sampling.greedy, prediction)
-    if plan.sampling.greedy and ar is not None and ar is not run:
+    if plan.sampling.greedy and compared:
         found = divergences(job.target.model, run.records, plain)
         for rec, d in zip(run.records, found):
             rec["divergence"] = d

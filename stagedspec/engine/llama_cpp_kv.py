@@ -33,6 +33,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from .tree import DraftTree
+
 
 class LlamaCppKV:
     """The target cache of ``SpeculativeDecoder`` on a llama.cpp context (see the module)."""
@@ -132,11 +134,8 @@ class LlamaCppKV:
     # ---------------------------------------------------------------- forward
     def extend_chain(self, tails: list[list[int]], want_last: bool = True, hidden: bool = False):
         """Feed each row's tail as a chain; logits at its last token (``want_last``)."""
-        if hidden:
-            raise ValueError(
-                "the llama.cpp target returns no hidden states: a feature draft needs target.backend=torch"
-            )
-        trees = [_EmptyTree() for _ in tails]
+        _refuse_hidden(hidden)
+        trees = [DraftTree() for _ in tails]
         out = self._extend(tails, trees, want_root=want_last, want_nodes=False)
         for b, t in enumerate(tails):  # a chain is committed as fed
             if t:
@@ -146,10 +145,7 @@ class LlamaCppKV:
     def extend_trees(self, tails: list[list[int]], trees: list, rows: list[bool] | None = None, hidden: bool = False):
         """Feed each row's tail with its draft tree hanging from the last tail token; logits
         at that root and at every tree node (``[1 + nodes, V]``)."""
-        if hidden:
-            raise ValueError(
-                "the llama.cpp target returns no hidden states: a feature draft needs target.backend=torch"
-            )
+        _refuse_hidden(hidden)
         if rows is not None and not all(rows):
             raise ValueError("the llama.cpp target feeds every row of a round")
         return self._extend(tails, trees, want_root=True, want_nodes=True)
@@ -228,9 +224,9 @@ class LlamaCppKV:
                 j = pend.parents[j]
 
 
-class _EmptyTree:
-    tokens: list[int] = []
-    parents: list[int] = []
+def _refuse_hidden(hidden: bool) -> None:
+    if hidden:
+        raise ValueError("the llama.cpp target returns no hidden states: a feature draft needs target.backend=torch")
 
 
 class _Pending:

@@ -90,8 +90,8 @@ class ModelSpec:
     uses at the row counts where it is faster (``models/gguf_int4.py``)."""
     backend: str = "torch"
     """Who runs the forwards when this is the target (``BACKENDS``): "torch", or "llama_cpp"
-    (the GGUF file itself through llama.cpp's kernels; the torch model still gives the config,
-    tokenizer and the draft levels' shared parts)."""
+    (the GGUF file itself through llama.cpp's kernels; the torch model is still loaded for its
+    config and tokenizer and the divergence report)."""
 
     def validate(self) -> None:
         """Raise ValueError / FileNotFoundError naming the bad value; loads nothing."""

@@ -22,8 +22,8 @@ import torch
 from stagedspec.engine.kernels import HF_KERNELS, KernelChoice
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.engine.tree import AutoShape, TreeShape
+from stagedspec.metrics.machine import cpu_model
 from .disk_cache import write_json_atomically
-from .kernel_calibration import cpu_name
 from .tree_calibration import calibrate
 from .tree_program import Calibration, Choice, choose
 
@@ -53,7 +53,7 @@ def auto_tree_key(
         "max_positions": auto.max_nodes + 1,
         "repeats": auto.repeats,
         "torch": torch.__version__,
-        "processor": cpu_name(),
+        "processor": cpu_model(),
         "cores": os.cpu_count(),
     }
 

@@ -78,7 +78,7 @@ def calibration_key(model: nn.Module, dtype: torch.dtype, threads: int, device: 
     sizes = [list(m.weight.shape) for m in _linears(model)]
     return {
         "machine": platform.machine(),
-        "processor": cpu_name(),
+        "processor": cpu_model(),
         "cores": os.cpu_count(),
         "torch": torch.__version__,
         "model": getattr(getattr(model, "config", None), "_name_or_path", "") or "",
@@ -89,10 +89,6 @@ def calibration_key(model: nn.Module, dtype: torch.dtype, threads: int, device: 
         "device": str(device),
         "int4_exact": len(exact_int4_modules(model)),
     }
-
-
-cpu_name = cpu_model
-"""The CPU's model name (part of every calibration cache key)."""
 
 
 def _time_pass(mods: list[nn.Linear], xs: list[torch.Tensor], path: str, reps: int) -> float:
