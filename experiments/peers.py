@@ -321,7 +321,7 @@ def main(argv=None) -> None:
         if args.hf_methods != "all":
             keep = {m.strip() for m in args.hf_methods.split(",")}
             hf = {m: fn for m, fn in hf.items() if m in keep or any(m.startswith(k + "_") for k in keep)}
-        ours = pair_methods(target, small, args.ours)
+        ours = pair_methods(target, small, args.ours, curve=plan.step_curve)
         files = {}
     else:
         hf, skipped, info = hf_methods(args, hf_model, target.name, files, eos)

@@ -24,9 +24,12 @@ make, the copy after the longest match (any length from 1) and the level below's
 what earlier rounds measured: the mean tokens accepted from copies whose match had the same
 length (1..8, 8 meaning 8 or more), the mean accepted from the level below and its forwards
 per round; each mean starts from a prior worth ``prior_weight`` rounds. Costs are counted in
-plain target steps: a verification of n rows costs ``1 + row_cost * n``, a forward of the level
-below ``draft_cost`` (both fixed settings, from the calibrated cost curve on the dev split, so
-a seeded run routes the same way each time). It sends the proposal with the higher
+plain target steps: a verification of n rows costs T(n) / T(1) from the machine's calibrated
+cost curve when the run has one (``use_step_curve``: the target's kernel plan, timed on this
+machine and cached, so a seeded run on one machine routes the same way each time; on a CPU
+whose multi-row GEMM is compute-bound a long verification costs several steps, where on
+another it costs little more than one), else ``1 + row_cost * n``; a forward of the level
+below costs ``draft_cost`` (a setting). It sends the proposal with the higher
 (accepted + 1) / cost. It reads only the context and earlier rounds' acceptance, so exactness
 is kept, as for the rule.
 
@@ -75,7 +78,8 @@ class RoutePrices:
     """The priced router's costs, in plain target steps, and its priors (module docstring)."""
 
     row_cost: float = 0.02
-    """Extra cost of each verified row: T(n) / T(1) = 1 + row_cost * n."""
+    """Extra cost of each verified row, T(n) / T(1) = 1 + row_cost * n, where the run has no
+    calibrated cost curve (``BypassDrafter.use_step_curve``)."""
     draft_cost: float = 0.35
     """Cost of one forward of the level below, against one plain target step."""
     prior_weight: float = 2.0
@@ -95,19 +99,32 @@ class _RouteStats:
 
     def __init__(self, prices: RoutePrices) -> None:
         self.prices = prices
+        self.curve: tuple[float, ...] = ()
+        """T(n) / T(1) for n = 1..len (``use_step_curve``); () for the linear ``row_cost``."""
         self.copy_sum, self.copy_n = [0.0] * (MATCH_BUCKETS + 1), [0] * (MATCH_BUCKETS + 1)
         self.low_sum, self.low_forwards, self.low_n = 0.0, 0.0, 0
+
+    def verify_cost(self, rows: int) -> float:
+        """A verification of ``rows`` rows in plain target steps: the calibrated curve (past
+        its end, extended along its last step), else ``1 + row_cost * rows``."""
+        c = self.curve
+        if not c:
+            return 1 + self.prices.row_cost * rows
+        if rows <= len(c):
+            return c[rows - 1]
+        slope = c[-1] - c[-2] if len(c) > 1 else 0.0
+        return c[-1] + slope * (rows - len(c))
 
     def copy_rate(self, match: int, length: int) -> float:
         b, w = min(match, MATCH_BUCKETS), self.prices.prior_weight
         accepted = (self.copy_sum[b] + w * min(match, length)) / (self.copy_n[b] + w)
-        return (accepted + 1) / (1 + self.prices.row_cost * (length + 1))
+        return (accepted + 1) / self.verify_cost(length + 1)
 
     def lower_rate(self, depth: int) -> float:
         p, w = self.prices, self.prices.prior_weight
         accepted = (self.low_sum + w * p.prior_accepted) / (self.low_n + w)
         forwards = (self.low_forwards + w * (p.prior_accepted + 1)) / (self.low_n + w)
-        return (accepted + 1) / (1 + p.row_cost * (depth + 1) + p.draft_cost * forwards)
+        return (accepted + 1) / (self.verify_cost(depth + 1) + p.draft_cost * forwards)
 
     def record(self, route: tuple[str, int], accepted: int, forwards: float) -> None:
         kind, match = route
@@ -164,6 +181,15 @@ class BypassDrafter(Drafter):
         if self._stats is not None and len(self._routes) == len(accepted):
             for route, a in zip(self._routes, accepted):
                 self._stats.record(route, a, self._round_forwards)
+
+    def use_step_curve(self, curve: tuple[float, ...]) -> None:
+        """Price verifications by ``curve`` (T(n) / T(1), n = 1..len: the target's calibrated
+        kernel plan, ``KernelChoice.step_curve``) instead of the linear ``row_cost``; the rule
+        ignores it. Non-decreasing, starting at 1, or a clear error."""
+        if curve and (abs(curve[0] - 1) > 1e-9 or any(b < a for a, b in zip(curve, curve[1:]))):
+            raise ValueError(f"{self.name}: a step curve starts at 1 and never falls, got {list(curve)[:6]}...")
+        if self._stats is not None:
+            self._stats.curve = tuple(curve)
 
     def forward_stats(self) -> tuple[float, int]:
         """A draft 'forward' here is one batch of look-ups."""

@@ -105,6 +105,11 @@ class KernelChoice:
     exact. On the 0.5B draft, bf16 on 2 cores: 24 ms per 1-row forward against 45 ms;
     from about 4 rows the kernel is slower than oneDNN's bf16 GEMM, hence a row bound."""
 
+    step_curve: tuple[float, ...] = ()
+    """T(n) / T(1) of this plan's GEMMs for n = 1..the calibrated row counts, from the
+    calibration's own timings (``tuning/kernel_calibration.step_curve``; () for an uncalibrated
+    plan): what a priced router costs a verification of n rows at. Changes nothing computed."""
+
     @property
     def bitwise_hf(self) -> bool:
         """True when every choice is Hugging Face's own (greedy equals ``generate``)."""

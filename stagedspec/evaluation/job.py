@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 import torch
 
+from stagedspec.drafters.bypass import BypassDrafter
 from stagedspec.drafters.hierarchy import build_hierarchy, hierarchy_key
 from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.drafter_protocol import Drafter
@@ -100,6 +101,7 @@ def assemble_job(
     load_s = time.perf_counter() - t0
     draft_models = {lv.name: level_model_name(lv, target, loaded) for lv in plan.levels}
     kernels = kernel_plan(target, plan.kernels)
+    price_by_curve(drafter, kernels.step_curve)
     method, baseline = make_decoders(
         target, drafter, plan.sampling, kernels, with_baseline=plan.baseline and drafter is not None
     )
@@ -109,6 +111,16 @@ def assemble_job(
     if plan.warmup and warmup_text is not None:
         warm_up(job, warmup_text, plan.max_new_tokens)
     return job
+
+
+def price_by_curve(drafter: Drafter | None, curve: tuple[float, ...]) -> None:
+    """Give every priced router in ``drafter``'s levels the target's calibrated cost curve
+    (``BypassDrafter.use_step_curve``; a rule ignores it, an empty curve leaves the linear price)."""
+    d = drafter
+    while d is not None:
+        if isinstance(d, BypassDrafter) and curve:
+            d.use_step_curve(curve)
+        d = getattr(d, "lower", None)
 
 
 def level_model_name(level: Any, target: LoadedModel, loaded: list[tuple[ModelSpec, LoadedModel]]) -> str:

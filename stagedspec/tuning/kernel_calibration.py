@@ -6,6 +6,7 @@ own path."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -33,6 +34,7 @@ from stagedspec.engine.kernels import (
     install,
 )
 from .disk_cache import write_json_atomically
+from .tree_calibration import isotonic
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +161,7 @@ def calibrate(
         int4_ms=int4_ms,
     )
     write_json_atomically(f, asdict(cal), "kernel calibration", shown=cache)
+    plan = dataclasses.replace(plan, step_curve=step_curve(cal, plan))
     log.info("calibrated kernels in %.1f s: %s", cal.seconds, plan.describe())
     return plan, cal
 
@@ -169,8 +172,29 @@ def _cached(f: Path) -> tuple[KernelChoice, Calibration]:
     plan = KernelChoice(
         **{**cal.plan, "linear": tuple(cal.plan["linear"]), "long_path": long_path_for(cal.plan["linear"])}
     )
+    plan = dataclasses.replace(plan, step_curve=step_curve(cal, plan))
     log.info("kernel plan from %s: %s", f, plan.describe())
     return plan, cal
+
+
+def step_curve(cal: Calibration, plan: KernelChoice) -> tuple[float, ...]:
+    """T(n) / T(1) of ``plan``'s GEMMs at n = 1..the calibrated row counts: per row count the
+    pass over all Linear weights through the path the plan takes there (with the 4-bit
+    modules' own pass where it takes that), made non-decreasing (``isotonic``: a forward's cost
+    does not fall with more rows, so noise in one timing is averaged with its neighbours) and
+    divided by its first value. () when nothing was timed (one path: no choice was made)."""
+    rows = sorted(int(m) for m in cal.times_ms)
+    if not rows or rows[0] != 1:
+        return ()
+    ms = []
+    for m in rows:
+        t = cal.times_ms[str(m)][plan.path(m, int4_ok=False)]
+        four = cal.int4_ms.get(str(m))
+        if m <= plan.int4_rows and four:
+            t += four["int4"] - four["dense"]
+        ms.append(t)
+    ms = isotonic(ms)
+    return tuple(t / ms[0] for t in ms)
 
 
 def _time_paths(

@@ -128,3 +128,46 @@ def test_sampled_output_with_the_priced_router_has_the_targets_distribution():
 
     for pair, stat, df, crit in statistics(factory, T1):
         assert stat < crit, f"{pair}: chi2={stat:.1f} df={df} crit={crit:.1f}"
+
+
+def test_a_calibrated_step_curve_prices_verifications_by_hand():
+    """ctx [5, 6, 5]: a copy of 2 after a 1-token match against the level below (depth 1, prior
+    2 accepted in 3 forwards). Linear (row_cost 0.1): copy (1 + 1) / 1.3 = 1.54 > below
+    3 / (1.2 + 0.5 * 3) = 1.11, so it copies. With the curve (1, 1, 3): copy 2 / T(3) = 0.67 <
+    below 3 / (T(2) + 1.5) = 1.2, so the round goes below; the rule ignores the curve."""
+    ctx = [[5, 6, 5]]
+    linear, curved, rule = (
+        BypassDrafter(BelowOne(), k=3, min_match=2, prices=PRICES),
+        BypassDrafter(BelowOne(), k=3, min_match=1, prices=PRICES),
+        BypassDrafter(BelowOne(), k=3, min_match=1),
+    )
+    curved.use_step_curve((1.0, 1.0, 3.0))
+    rule.use_step_curve((1.0, 1.0, 3.0))
+    for d in (linear, curved, rule):
+        d.reset(1)
+    assert _tokens(linear.propose(ctx)[0]) == [6, 5]
+    assert _tokens(curved.propose(ctx)[0]) == [99]
+    assert _tokens(rule.propose(ctx)[0]) == [6, 5]  # a 1-token match meets min_match 1
+    assert abs(curved._stats.copy_rate(1, 2) - 2 / 3) < 1e-12 and abs(curved._stats.lower_rate(1) - 3 / 2.5) < 1e-12
+    # past its end the curve goes on along its last step: T(5) = 3 + 2 * (5 - 3) = 7
+    assert curved._stats.verify_cost(5) == 7.0 and linear._stats.verify_cost(5) == 1.5
+
+
+def test_a_step_curve_that_falls_or_does_not_start_at_one_is_refused():
+    import pytest
+
+    d = BypassDrafter(BelowOne(), k=3, prices=PRICES)
+    for bad in ((1.0, 2.0, 1.5), (2.0, 3.0)):
+        with pytest.raises(ValueError, match="starts at 1 and never falls"):
+            d.use_step_curve(bad)
+
+
+def test_the_job_gives_nested_priced_routers_the_plans_curve():
+    from stagedspec.evaluation.job import price_by_curve
+
+    inner = BypassDrafter(BelowOne(), k=3, prices=PRICES, name="inner")
+    outer = BypassDrafter(inner, k=3, prices=PRICES)
+    price_by_curve(outer, (1.0, 2.0))
+    assert outer._stats.curve == inner._stats.curve == (1.0, 2.0)
+    price_by_curve(outer, ())  # an uncalibrated plan leaves the linear price
+    assert outer._stats.curve == (1.0, 2.0)

@@ -383,3 +383,21 @@ def test_int4_rows_on_a_cuda_model_is_refused():
 
     with pytest.raises(ValueError, match=r"int4_rows=2 runs a CPU kernel only.*'cuda'"):
         ModelLevel(model=ModelSpec(source="tiny", device="cuda"), int4_rows=2).validate()
+
+
+def test_step_curve_by_hand():
+    """Per row count the pass through the plan's path (the 4-bit pass swapped in at its rows),
+    made non-decreasing by pooling, over its first value: rows 1-3 take int4 at 1 (10 + 4 - 8 =
+    6), 'a' at 2 (8) and 'b' at 3 (5): 6, 8, 5 pools its last two to 6.5, so 6, 6.5, 6.5 -> 1,
+    13/12, 13/12."""
+    from stagedspec.engine.kernels import KernelChoice
+    from stagedspec.tuning.kernel_calibration import Calibration, step_curve
+
+    cal = Calibration(
+        key={},
+        times_ms={"1": {"a": 10.0, "b": 30.0}, "2": {"a": 8.0, "b": 9.0}, "3": {"a": 7.0, "b": 5.0}},
+        int4_ms={"1": {"int4": 4.0, "dense": 8.0}, "2": {"int4": 20.0, "dense": 9.0}},
+    )
+    plan = KernelChoice(linear=("a", "a", "b"), int4_rows=1, int4_exact=True)
+    assert step_curve(cal, plan) == pytest.approx((1.0, 13 / 12, 13 / 12))
+    assert step_curve(Calibration(key={}), plan) == ()  # nothing timed: no curve
