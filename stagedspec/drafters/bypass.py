@@ -20,10 +20,12 @@ verified, so exactness is kept, as for any adaptive draft length.
 
 ``prices`` (a ``RoutePrices``) replaces the fixed rule by a priced one: before each round
 and for each row it estimates the tokens per unit of target time of the two proposals it can
-make, the copy after the longest match (any length from 1) and the level below's draft, from
-what earlier rounds measured: the mean tokens accepted from copies whose match had the same
-length (1..8, 8 meaning 8 or more), the mean accepted from the level below and its forwards
-per round; each mean starts from a prior worth ``prior_weight`` rounds. Costs are counted in
+make, the copy after the longest match (any match length from 1, cut to the length that prices
+best) and the level below's draft, from what earlier rounds measured: for copies whose match had
+the same length m (1..8, 8 meaning 8 or more) the per-token acceptance a (accepted tokens over
+accepted tokens plus copies that stopped short; prior m / (m + 1)), so a copy cut to L tokens is
+expected to have a + a^2 + ... + a^L accepted; for the level below the mean accepted and its
+forwards per round; each estimate starts from a prior worth ``prior_weight`` rounds. Costs are counted in
 plain target steps: a verification of n rows costs T(n) / T(1) from the machine's calibrated
 cost curve when the run has one (``use_step_curve``: the target's kernel plan, timed on this
 machine and cached, so a seeded run on one machine routes the same way each time; on a CPU
@@ -83,8 +85,8 @@ class RoutePrices:
     draft_cost: float = 0.35
     """Cost of one forward of the level below, against one plain target step."""
     prior_weight: float = 2.0
-    """Rounds' worth of each mean's prior: a copy after an m-token match is expected to
-    have min(m, its length) tokens accepted, a round below ``prior_accepted`` with
+    """Rounds' worth of each estimate's prior: copies after an m-token match a per-token
+    acceptance of m / (m + 1), a round below ``prior_accepted`` accepted with
     ``prior_accepted + 1`` forwards."""
     prior_accepted: float = 4.0
 
@@ -101,7 +103,7 @@ class _RouteStats:
         self.prices = prices
         self.curve: tuple[float, ...] = ()
         """T(n) / T(1) for n = 1..len (``use_step_curve``); () for the linear ``row_cost``."""
-        self.copy_sum, self.copy_n = [0.0] * (MATCH_BUCKETS + 1), [0] * (MATCH_BUCKETS + 1)
+        self.copy_acc, self.copy_short = [0.0] * (MATCH_BUCKETS + 1), [0.0] * (MATCH_BUCKETS + 1)
         self.low_sum, self.low_forwards, self.low_n = 0.0, 0.0, 0
 
     def verify_cost(self, rows: int) -> float:
@@ -115,10 +117,24 @@ class _RouteStats:
         slope = c[-1] - c[-2] if len(c) > 1 else 0.0
         return c[-1] + slope * (rows - len(c))
 
-    def copy_rate(self, match: int, length: int) -> float:
+    def copy_alpha(self, match: int) -> float:
+        """Per-token acceptance of copies after an m-token match: accepted / (accepted + copies
+        that stopped short), from a prior of m accepted per stop worth ``prior_weight`` rounds."""
         b, w = min(match, MATCH_BUCKETS), self.prices.prior_weight
-        accepted = (self.copy_sum[b] + w * min(match, length)) / (self.copy_n[b] + w)
-        return (accepted + 1) / self.verify_cost(length + 1)
+        return (self.copy_acc[b] + w * b) / (self.copy_acc[b] + self.copy_short[b] + w * (b + 1))
+
+    def copy_offer(self, match: int, length: int) -> tuple[float, int]:
+        """(rate, L): the copy's best (expected accepted + 1) / T(L + 1) over its cuts L =
+        1..length, the expected accepted of a cut a + a^2 + ... + a^L (``copy_alpha``)."""
+        a = self.copy_alpha(match)
+        best, best_len, expected, power = -1.0, 1, 0.0, 1.0
+        for n in range(1, length + 1):
+            power *= a
+            expected += power
+            rate = (expected + 1) / self.verify_cost(n + 1)
+            if rate > best:
+                best, best_len = rate, n
+        return best, best_len
 
     def lower_rate(self, depth: int) -> float:
         p, w = self.prices, self.prices.prior_weight
@@ -126,12 +142,12 @@ class _RouteStats:
         forwards = (self.low_forwards + w * (p.prior_accepted + 1)) / (self.low_n + w)
         return (accepted + 1) / (self.verify_cost(depth + 1) + p.draft_cost * forwards)
 
-    def record(self, route: tuple[str, int], accepted: int, forwards: float) -> None:
-        kind, match = route
+    def record(self, route: tuple[str, int, int], accepted: int, forwards: float) -> None:
+        kind, match, offered = route
         if kind == "copy":
             b = min(match, MATCH_BUCKETS)
-            self.copy_sum[b] += accepted
-            self.copy_n[b] += 1
+            self.copy_acc[b] += accepted
+            self.copy_short[b] += accepted < offered
         elif kind == "lower":
             self.low_sum += accepted
             self.low_forwards += forwards
@@ -153,7 +169,7 @@ class BypassDrafter(Drafter):
         self.miss_below = miss_below
         self.prices = prices
         self._stats = _RouteStats(prices) if prices is not None else None
-        self._routes: list[tuple[str, int]] = []  # per row: ("copy", match) / ("lower", 0) this round
+        self._routes: list[tuple[str, int, int]] = []  # per row: ("copy", match, length) / ("lower", 0, 0)
         self._round_forwards = (
             0.0  # forwards of the level below in the last round (one batched forward serves every row)
         )
@@ -211,14 +227,16 @@ class BypassDrafter(Drafter):
         return out
 
     def _priced_copies(self, contexts: list[list[int]]) -> list[list[int]]:
-        """Per row, the copy where it is priced above the level below's draft, else []."""
+        """Per row, the copy cut to its best-priced length where that prices above the level
+        below's draft, else []."""
         below = self.lower.max_depth if self.lower is not None else 0
         lower_rate = self._stats.lower_rate(below) if self.lower is not None else 0.0
         out, self._routes = [], []
         for cont, match in self._matches(contexts, 1):
-            copy = bool(cont) and self._stats.copy_rate(match, len(cont)) > lower_rate
-            out.append(cont if copy else [])
-            self._routes.append(("copy", match) if copy else ("lower", 0))
+            rate, cut = self._stats.copy_offer(match, len(cont)) if cont else (0.0, 0)
+            copy = bool(cont) and rate > lower_rate
+            out.append(cont[:cut] if copy else [])
+            self._routes.append(("copy", match, cut) if copy else ("lower", 0, 0))
         return out
 
     def propose(self, contexts: list[list[int]], features: list[torch.Tensor] | None = None) -> list[DraftTree]:

@@ -72,22 +72,28 @@ PRICES = RoutePrices(row_cost=0.1, draft_cost=0.5, prior_weight=1.0, prior_accep
 
 
 def test_the_priced_router_sends_the_round_with_more_tokens_per_cost_by_hand():
-    """Costs in target steps: a copy of 3 after a 2-token match, (min(2, 3) + 1) / (1 + 0.1 * 4)
-    = 2.14; the level below (depth 1, prior 2 accepted in 3 forwards) (2 + 1) / (1 + 0.1 * 2 +
-    0.5 * 3) = 1.11. Copies with nothing accepted pull the 2-token bucket's mean down: 1, 0.67,
-    0.5 (rates 1.43, 1.19, 1.07): the 4th round goes below; a round below with 1 accepted and
-    no forward lifts it to (1.5 + 1) / (1.2 + 0.5 * 1.5) = 1.28, so it stays there (after two:
-    (4/3 + 1) / (1.2 + 0.5 * 1) = 1.37)."""
-    d = BypassDrafter(BelowOne(), k=3, min_match=2, prices=PRICES)
+    """Costs in target steps, linear (row_cost 0.1), draft_cost 0.4; the level below (depth 1,
+    prior 2 accepted in 3 forwards): (2 + 1) / (1 + 0.1 * 2 + 0.4 * 3) = 1.25. A copy after a
+    2-token match: per-token acceptance a = 2 / 3 (prior m / (m + 1)); cut to L it prices
+    (a + ... + a^L + 1) / (1 + 0.1 * (L + 1)): L = 3 gives 2.41 / 1.4 = 1.72, the best, so round 1
+    copies [3, 4, 1]. Nothing accepted: a = 2 / 4, L = 2 prices 1.75 / 1.3 = 1.346 (L = 3:
+    1.339), above 1.25: [3, 4]. Nothing again: a = 2 / 5, best L = 2 at 1.56 / 1.3 = 1.2 < 1.25:
+    below. One accepted there with no forward lifts the level below to (1.5 + 1) / (1.2 + 0.4 *
+    1.5) = 1.39, so it stays below."""
+    prices = RoutePrices(row_cost=0.1, draft_cost=0.4, prior_weight=1.0, prior_accepted=2.0)
+    d = BypassDrafter(BelowOne(), k=3, min_match=2, prices=prices)
     d.reset(1)
     ctx = [[1, 2, 3, 4, 1, 2]]
     routes = []
-    for _ in range(5):
+    for _ in range(4):
         routes.append(_tokens(d.propose(ctx)[0]))
-        d.feedback([0] if routes[-1] == [3, 4, 1] else [1])
-    assert routes == [[3, 4, 1]] * 3 + [[99]] * 2
-    assert d.decisions == {"copy": 3, "lower": 2}
-    assert abs(d._stats.copy_rate(2, 3) - 1.5 / 1.4) < 1e-12 and abs(d._stats.lower_rate(1) - (4 / 3 + 1) / 1.7) < 1e-12
+        d.feedback([1] if routes[-1] == [99] else [0])
+    assert routes == [[3, 4, 1], [3, 4], [99], [99]]
+    assert d.decisions == {"copy": 2, "lower": 2}
+    assert abs(d._stats.copy_alpha(2) - 0.4) < 1e-12
+    rate, cut = d._stats.copy_offer(2, 3)
+    assert cut == 2 and abs(rate - 1.56 / 1.3) < 1e-12
+    assert abs(d._stats.lower_rate(1) - (4 / 3 + 1) / (1.2 + 0.4 * 1)) < 1e-12  # after two rounds below
 
 
 def test_the_priced_router_copies_after_a_one_token_match_the_rule_would_pass_down():
@@ -97,7 +103,7 @@ def test_the_priced_router_copies_after_a_one_token_match_the_rule_would_pass_do
     )
     for d in (rule, priced):
         d.reset(1)
-    ctx = [[5, 6, 5]]  # "5" seen before, followed by "6 5": (1 + 1) / (1 + 0.1 * 3) = 1.54 > 1.11
+    ctx = [[5, 6, 5]]  # "5" seen before, followed by "6 5": a = 1 / 2, (0.5 + 0.25 + 1) / 1.3 = 1.35 > 1.11
     assert _tokens(rule.propose(ctx)[0]) == [99] and _tokens(priced.propose(ctx)[0]) == [6, 5]
 
 
@@ -131,26 +137,31 @@ def test_sampled_output_with_the_priced_router_has_the_targets_distribution():
 
 
 def test_a_calibrated_step_curve_prices_verifications_by_hand():
-    """ctx [5, 6, 5]: a copy of 2 after a 1-token match against the level below (depth 1, prior
-    2 accepted in 3 forwards). Linear (row_cost 0.1): copy (1 + 1) / 1.3 = 1.54 > below
-    3 / (1.2 + 0.5 * 3) = 1.11, so it copies. With the curve (1, 1, 3): copy 2 / T(3) = 0.67 <
-    below 3 / (T(2) + 1.5) = 1.2, so the round goes below; the rule ignores the curve."""
+    """ctx [5, 6, 5]: a copy of up to 2 after a 1-token match (a = 1 / 2) against the level
+    below (depth 1, prior 2 accepted in 3 forwards, draft_cost 0.5). Linear (row_cost 0.1): L = 2
+    prices 1.75 / 1.3 = 1.35 > 3 / 2.7 = 1.11: copies [6, 5]. Curve (1, 1, 3): L = 1 prices
+    1.5 / T(2) = 1.5, L = 2 1.75 / T(3) = 0.58, below 3 / (T(2) + 1.5) = 1.2: copies [6], cut.
+    Curve (1, 3, 3): L = 1 0.5, L = 2 0.58, below 3 / 4.5 = 0.67: the round goes below. The rule
+    ignores the curve."""
     ctx = [[5, 6, 5]]
-    linear, curved, rule = (
+    linear, cut, steep, rule = (
         BypassDrafter(BelowOne(), k=3, min_match=2, prices=PRICES),
-        BypassDrafter(BelowOne(), k=3, min_match=1, prices=PRICES),
+        BypassDrafter(BelowOne(), k=3, prices=PRICES),
+        BypassDrafter(BelowOne(), k=3, prices=PRICES),
         BypassDrafter(BelowOne(), k=3, min_match=1),
     )
-    curved.use_step_curve((1.0, 1.0, 3.0))
-    rule.use_step_curve((1.0, 1.0, 3.0))
-    for d in (linear, curved, rule):
+    cut.use_step_curve((1.0, 1.0, 3.0))
+    steep.use_step_curve((1.0, 3.0, 3.0))
+    rule.use_step_curve((1.0, 3.0, 3.0))
+    for d in (linear, cut, steep, rule):
         d.reset(1)
     assert _tokens(linear.propose(ctx)[0]) == [6, 5]
-    assert _tokens(curved.propose(ctx)[0]) == [99]
+    assert _tokens(cut.propose(ctx)[0]) == [6]
+    assert _tokens(steep.propose(ctx)[0]) == [99]
     assert _tokens(rule.propose(ctx)[0]) == [6, 5]  # a 1-token match meets min_match 1
-    assert abs(curved._stats.copy_rate(1, 2) - 2 / 3) < 1e-12 and abs(curved._stats.lower_rate(1) - 3 / 2.5) < 1e-12
+    assert cut._stats.copy_offer(1, 2) == (1.5, 1) and abs(cut._stats.lower_rate(1) - 1.2) < 1e-12
     # past its end the curve goes on along its last step: T(5) = 3 + 2 * (5 - 3) = 7
-    assert curved._stats.verify_cost(5) == 7.0 and linear._stats.verify_cost(5) == 1.5
+    assert cut._stats.verify_cost(5) == 7.0 and linear._stats.verify_cost(5) == 1.5
 
 
 def test_a_step_curve_that_falls_or_does_not_start_at_one_is_refused():
