@@ -101,7 +101,8 @@ def assemble_job(
     load_s = time.perf_counter() - t0
     draft_models = {lv.name: level_model_name(lv, target, loaded) for lv in plan.levels}
     kernels = kernel_plan(target, plan.kernels)
-    price_by_curve(drafter, kernels.step_curve)
+    if getattr(plan.target, "backend", "torch") == "torch":  # the curve times torch's GEMMs, not llama.cpp's
+        price_by_curve(drafter, kernels.step_curve)
     method, baseline = make_decoders(
         target, drafter, plan.sampling, kernels, with_baseline=plan.baseline and drafter is not None
     )
