@@ -93,7 +93,10 @@ def measurement_record(c: Cell, out: dict, seconds: float, config_hash: str, see
         "tokens": sum(len(o) for o in out["outputs"]),
         "seconds": seconds,
         "outputs": [list(map(int, o)) for o in out["outputs"]],
-        **{k: out.get(k) for k in ("target_calls", "target_forward_time", "rounds", "drafted", "accepted")},
+        **{
+            k: out.get(k)
+            for k in ("target_calls", "target_forward_time", "prefill_seconds", "rounds", "drafted", "accepted")
+        },
     }
 
 

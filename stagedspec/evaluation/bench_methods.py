@@ -60,6 +60,7 @@ def ours_fn(target, make, sampling, eos, plan, kv=None) -> RunFn:
             "outputs": [q.output_ids for q in res.sequences],
             "target_calls": res.target_calls,
             "target_forward_time": res.target_forward_time,
+            "prefill_seconds": res.prefill_time,
             "rounds": int(s["rounds"]),
             "drafted": s.get(f"drafted/{top}", 0.0) if top else None,
             "accepted": s.get(f"accepted/{top}", 0.0) if top else None,

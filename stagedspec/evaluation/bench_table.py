@@ -88,6 +88,7 @@ def _table_row(
             per_group.setdefault(tuple(r["prompts"]), []).append((r["tokens"] / r["seconds"], ref_r))
     ratios = [_median([a for a, _ in v]) / _median([b for _, b in v]) for v in per_group.values()]
     g, lo, hi = geomean_ci(ratios) if ratios else (math.nan, math.nan, math.nan)
+    prefill = _sum(recs, "prefill_seconds")  # None where a method (HF's) times generate as a whole
     rounds, calls = _sum(recs, "rounds"), _sum(recs, "target_calls")
     fwd, drafted, accepted = _sum(recs, "target_forward_time"), _sum(recs, "drafted"), _sum(recs, "accepted")
     s_call = fwd / calls if fwd is not None and calls else None
@@ -97,6 +98,7 @@ def _table_row(
         "prompts": len({i for r in recs for i in r["prompts"]}),
         "measurements": len(recs),
         "tokens_per_s": tokens / seconds if seconds else math.nan,
+        "decode_tokens_per_s": tokens / (seconds - prefill) if prefill is not None and seconds > prefill else None,
         "speedup_vs_hf": g,
         "ci": [lo, hi],
         "groups": len(ratios),
@@ -149,9 +151,9 @@ def markdown(tables: dict[str, list[dict]], head: str = "") -> str:
             "",
             f"### {name}" + (" (batch 1)" if name != "overall" else ""),
             "",
-            "| method | batch | tokens/s | vs HF generate (95% CI) | tokens/call | acceptance | differing outputs "
-            "| s/target call | floor s/call |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| method | batch | tokens/s | decode tokens/s | vs HF generate (95% CI) | tokens/call | acceptance "
+            "| differing outputs | s/target call | floor s/call |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in rows:
             ci = (
@@ -161,7 +163,8 @@ def markdown(tables: dict[str, list[dict]], head: str = "") -> str:
             )
             diff = "" if r["differing_outputs"] is None else f"{r['differing_outputs']}/{r['prompts']}"
             lines.append(
-                f"| {r['method']} | {r['batch']} | {_fmt(r['tokens_per_s'], '.1f')} | {ci} | "
+                f"| {r['method']} | {r['batch']} | {_fmt(r['tokens_per_s'], '.1f')} | "
+                f"{_fmt(r.get('decode_tokens_per_s'), '.1f')} | {ci} | "
                 f"{_fmt(r['tokens_per_call'])} | {_fmt(r['acceptance'])} | {diff} | "
                 f"{_fmt(r['s_per_target_call'], '.4f')} | {_fmt(r['min_s_per_target_call'], '.4f')} |"
             )

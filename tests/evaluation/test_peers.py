@@ -201,7 +201,7 @@ def test_table_arithmetic_on_hand_made_numbers():
             **kw,
         }
 
-    ours = dict(target_calls=5, target_forward_time=0.5, rounds=5, drafted=8.0, accepted=6.0)
+    ours = dict(target_calls=5, target_forward_time=0.5, prefill_seconds=0.05, rounds=5, drafted=8.0, accepted=6.0)
     records = [
         # HF: prompt 0 at 10 tok/s (repeats 1 s, 1 s), prompt 1 at 5 tok/s (2 s, 2 s)
         rec("hf", 1, [0], 0, 10, 1.0),
@@ -224,6 +224,7 @@ def test_table_arithmetic_on_hand_made_numbers():
     assert x["speedup_vs_hf"] == pytest.approx(math.sqrt(2.5 * 0.5))
     assert x["ci"][0] <= x["speedup_vs_hf"] <= x["ci"][1]
     assert x["tokens_per_s"] == pytest.approx(50 / 9.15)
+    assert x["decode_tokens_per_s"] == pytest.approx(50 / (9.15 - 5 * 0.05))  # the prefill left out
     assert x["tokens_per_call"] == pytest.approx(50 / 25)
     assert x["acceptance"] == pytest.approx(0.75)
     assert x["s_per_target_call"] == pytest.approx(0.1)
@@ -232,6 +233,7 @@ def test_table_arithmetic_on_hand_made_numbers():
     hf = rows[("hf", 1)]
     assert hf["speedup_vs_hf"] == pytest.approx(1.0) and hf["differing_outputs"] == 0
     assert hf["tokens_per_call"] is None and hf["acceptance"] is None and hf["s_per_target_call"] is None
+    assert hf["decode_tokens_per_s"] is None  # HF times generate whole: no prefill to leave out
     b2 = rows[("x", 2)]
     assert b2["speedup_vs_hf"] == pytest.approx(3.0) and b2["tokens_per_s"] == pytest.approx(20.0)
     assert b2["tokens_per_call"] == pytest.approx(20 / 5)
@@ -242,7 +244,7 @@ def test_table_arithmetic_on_hand_made_numbers():
     # sampled: no output comparison
     assert bench_table.summarize(records, ["a", "b"], greedy=False)["overall"][1]["differing_outputs"] is None
     md = bench_table.markdown(t)
-    assert "| x | 1 | 5.5 | 1.12 [" in md and "| 1/2 |" in md
+    assert "| x | 1 | 5.5 | 5.6 | 1.12 [" in md and "| 1/2 |" in md and "| hf | 1 | 7.1 |  | 1.00 [" in md
 
 
 def test_speedup_is_the_geometric_mean_of_per_prompt_ratios():
