@@ -8,7 +8,8 @@ A router decides each round which proposal to send; a fixed routing sends the sa
 proposal by a rule that does not learn (always copy, always the 0.5B, the match-length rule).
 The oracle is, for each prompt, the fastest of the fixed routings measured on it (chosen after
 the fact, so no deployable method reaches it in general). The table gives each prompt's tokens/s
-(batch 1, median over repeats: sampled repeats are other samples), the oracle, the router and
+(batch 1, decode only where the prefill was recorded, median over repeats: sampled repeats are
+other samples), the oracle, the router and
 their ratio; the summary line the geometric mean of router / oracle over prompts with its
 bootstrap 95% interval, and how many prompts are within 10% of their oracle.
 """
@@ -27,11 +28,13 @@ WITHIN = 0.9
 
 
 def per_prompt_tps(records: list[dict], method: str) -> dict[int, float]:
-    """Batch-1 tokens/s of ``method`` per prompt: the median over repeats."""
+    """Batch-1 tokens/s of ``method`` per prompt, the median over repeats: decode seconds where the
+    measurement recorded its prefill (``prefill_seconds``, left out), else ``generate``'s whole."""
     by_prompt: dict[int, list[float]] = {}
     for r in records:
-        if r["method"] == method and r["batch"] == 1 and r["seconds"] > 0:
-            by_prompt.setdefault(r["prompts"][0], []).append(r["tokens"] / r["seconds"])
+        seconds = r["seconds"] - (r.get("prefill_seconds") or 0.0)
+        if r["method"] == method and r["batch"] == 1 and seconds > 0:
+            by_prompt.setdefault(r["prompts"][0], []).append(r["tokens"] / seconds)
     return {p: float(statistics.median(v)) for p, v in by_prompt.items()}
 
 
@@ -84,7 +87,7 @@ def markdown(rows: list[dict], summary: dict, router: str, fixed: list[str]) -> 
     lo, hi = summary["ci"]
     lines += [
         "",
-        f"tokens/s, batch 1, median over repeats; * marks each prompt's oracle. Router / oracle, geometric "
+        f"tokens/s (decode only where the prefill was recorded), batch 1, median over repeats; * marks each prompt's oracle. Router / oracle, geometric "
         f"mean over {summary['prompts']} prompts: {summary['router_vs_oracle']:.2f} [{lo:.2f}, {hi:.2f}]; "
         f"within 10% of the oracle on {summary['within_10pct']} of {summary['prompts']}. The best single "
         f"fixed routing (`{summary['best_fixed']}`) reaches {summary['best_fixed_vs_oracle']:.2f} of the oracle.",

@@ -8,9 +8,12 @@ and is rendered by ``BLOCKS[NAME]`` from its sources (``SOURCES``); the test sui
 check, so a README figure that differs from its source fails CI. Outside these blocks the
 README's results sections carry no figures (``figures_outside_blocks``).
 
-One definition throughout: a method's tokens/s is all its new tokens over all its decode
-seconds on the prompts of the run (a ratio of totals, prefill excluded); a ratio between two
-methods is the ratio of those rates; ms per target call is decode seconds over target calls.
+One definition throughout: a method's tokens/s is all its new tokens over all its seconds on the
+prompts of the run (a ratio of totals); for ours and llama.cpp's programs decode seconds (the
+prefill left out: ``peers.py`` records ours, llama.cpp reports its own), for HF's ``generate``
+timed whole, prefill included (a peers run from before ours recorded the prefill has only
+whole-generate rates, and the block says so); a ratio between two methods is the ratio of those
+rates; ms per target call is the target's forward seconds over target calls.
 """
 
 from __future__ import annotations
@@ -27,16 +30,19 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
 SOURCES = {
-    "peers": "docs/peers/v8-humaneval-t0/results.json",
-    "llama_cpp": "docs/peers/v8-llama-cpp-humaneval-t0.json",
-    "step_curve": "docs/bench/step-curve-2026-12-06.json",
+    "peers": "docs/peers/v11-amd-humaneval-t0/results.json",
+    "llama_cpp": "docs/peers/v11-amd-llama-cpp-humaneval-t0.json",
+    "step_curve": "docs/bench/step-curve-2026-12-06-amd.json",
     "main_command": "docs/main-command/2026-12-06",
     "paper": "docs/paper/2026-12-06",
 }
 """Block sources, relative to the repository root. A new measurement is a new dated file; point
 the entry at it and run the module to rewrite the README."""
 
-STAGED = "ngram:1:30>q4:12:50:2>copy:24:6"
+STAGED = "ngram:1:30>q4:12:50:2>route:24"
+"""The staged default since the priced router became it (``conf/drafter/bypass.yaml``)."""
+RULE = "ngram:1:30>q4:12:50:2>copy:24:6"
+"""The staged hierarchy with the bypass's fixed rule (``levels.copy.route=rule``), the earlier default."""
 LOOKUP = "copy:16:3"
 SMALL = "q4:12:50:2"
 ON_LLAMA = "@llama_cpp"
@@ -83,8 +89,10 @@ def render_results(root: Path = ROOT) -> str:
     cpp_best_mode = max(cpp, key=cpp.get)
     bw = results["physical"]["bandwidth_bytes_per_s"]
 
+    decode = all(ours[m].get("decode_tokens_per_s") for m in ours if not m.startswith("hf"))
+
     def tps(m):
-        return ours[m]["tokens_per_s"]
+        return ours[m].get("decode_tokens_per_s") or ours[m]["tokens_per_s"]
 
     def call_ms(m):
         return 1000 * ours[m]["s_per_target_call"]
@@ -126,13 +134,21 @@ def render_results(root: Path = ROOT) -> str:
         "",
         "- Each cell: the target on torch's 4-bit path / on llama.cpp (`target.backend=llama_cpp`); the draft "
         "levels run on torch in both.",
+        "- tokens/s: "
+        + (
+            "ours and llama.cpp's decode only (the prefill left out); HF's `generate` timed whole, prefill included."
+            if decode
+            else "ours and HF's timed whole, prefill included (this run predates the prefill's record); llama.cpp's "
+            "decode only, which favours llama.cpp."
+        ),
         f"- Our plain step on llama.cpp: {call_ms('ar' + ON_LLAMA):.0f} ms, {_x(call_ms('ar' + ON_LLAMA), plain_cpp_ms)} "
         f"llama.cpp's own {plain_cpp_ms:.0f} ms and {_x(call_ms('ar' + ON_LLAMA), 1000 * curve['bytes']['llama_cpp'] / bw)} "
         f"the read floor of the GGUF's {gguf_mb:.0f} MB at {bw / 1e9:.1f} GB/s; on torch {call_ms('ar'):.0f} ms.",
         f"- One forward ([step curve]({SOURCES['step_curve'].replace('.json', '.md')}), medians): llama.cpp T(1) "
         f"{t['llama_cpp', 1]:.0f}, T(4) {t['llama_cpp', 4]:.0f}, T(16) {t['llama_cpp', 16]:.0f} ms; torch 4-bit "
         f"{t['gguf_q4', 1]:.0f} / {t['gguf_q4', 4]:.0f} / {t['gguf_q4', 16]:.0f}.",
-        f"- The staged default on torch: {tps(STAGED):.1f} tok/s, {_x(tps(STAGED), tps(best_torch))} its best "
+        f"- The staged default on torch: {tps(STAGED):.1f} tok/s (with the fixed rule, `{RULE}`, "
+        f"{tps(RULE):.1f}), {_x(tps(STAGED), tps(best_torch))} its best "
         f"two-level ablation (`{best_torch}`), {_x(tps(STAGED), cpp[cpp_best_mode])} llama.cpp's best "
         f"(`{cpp_best_mode}`, {cpp[cpp_best_mode]:.1f}); on llama.cpp {tps(STAGED + ON_LLAMA):.1f} "
         f"({_x(tps(STAGED + ON_LLAMA), tps(best_two))} its best two-level ablation there): its verifications "

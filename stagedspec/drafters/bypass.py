@@ -164,10 +164,13 @@ class BypassDrafter(Drafter):
         name: str = "copy",
         miss_below: int = 0,
         prices: RoutePrices | None = None,
+        cost_curve: bool = False,
     ) -> None:
         self.lower, self.k, self.min_match, self.max_match, self.name = lower, k, min_match, max_match, name
         self.miss_below = miss_below
         self.prices = prices
+        self.cost_curve = cost_curve
+        """The job hands this router the target's calibrated cost curve (``use_step_curve``)."""
         self._stats = _RouteStats(prices) if prices is not None else None
         self._routes: list[tuple[str, int, int]] = []  # per row: ("copy", match, length) / ("lower", 0, 0)
         self._round_forwards = (

@@ -188,6 +188,9 @@ class BypassLevel:
     prices: Any = None
     """With route=priced: ``RoutePrices`` fields to change (row_cost, draft_cost,
     prior_weight, prior_accepted); None: its defaults."""
+    cost_curve: bool = False
+    """With route=priced: cost a verification of n rows at the target's calibrated T(n) / T(1)
+    (``KernelChoice.step_curve``, handed over by the job) instead of ``1 + row_cost * n``."""
     routes = True  # a router: the level below it still drafts for the target (takes `tree`)
 
     def route_prices(self) -> RoutePrices | None:
@@ -209,6 +212,8 @@ class BypassLevel:
                 f"{self.min_match!r}, max_match={self.max_match!r}"
             )
         _check_count(self.name, "miss_below", self.miss_below, self.k, "0: off", hi_label=f"k={self.k}")
+        if not isinstance(self.cost_curve, bool):
+            raise ValueError(f"level {self.name!r}: cost_curve must be true or false, got {self.cost_curve!r}")
 
     def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
         return BypassDrafter(
@@ -219,6 +224,7 @@ class BypassLevel:
             name=self.name,
             miss_below=self.miss_below,
             prices=self.route_prices(),
+            cost_curve=self.cost_curve,
         )
 
 

@@ -115,11 +115,11 @@ def assemble_job(
 
 
 def price_by_curve(drafter: Drafter | None, curve: tuple[float, ...]) -> None:
-    """Give every priced router in ``drafter``'s levels the target's calibrated cost curve
-    (``BypassDrafter.use_step_curve``; a rule ignores it, an empty curve leaves the linear price)."""
+    """Give every router in ``drafter``'s levels that asks for it (``cost_curve``) the target's
+    calibrated cost curve (``BypassDrafter.use_step_curve``; an empty curve leaves the linear price)."""
     d = drafter
     while d is not None:
-        if isinstance(d, BypassDrafter) and curve:
+        if isinstance(d, BypassDrafter) and d.cost_curve and curve:
             d.use_step_curve(curve)
         d = getattr(d, "lower", None)
 

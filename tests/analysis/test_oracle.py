@@ -50,6 +50,13 @@ def test_oracle_by_hand():
     assert "| 0 | 20.0 * | 10.0 | 20.0 | 18.0 | 0.90 |" in text
 
 
+def test_a_recorded_prefill_is_left_out():
+    recs = [rec("copy", 0, 100, 6.0), rec("route", 0, 90, 5.0)]
+    recs[0]["prefill_seconds"], recs[1]["prefill_seconds"] = 1.0, 2.0  # decode: 20 and 30 tok/s
+    rows, _ = oracle_table(recs, "route", ["copy"])
+    assert rows[0]["oracle"] == pytest.approx(20.0) and rows[0]["ratio"] == pytest.approx(1.5)
+
+
 def test_oracle_refuses_unknown_methods():
     with pytest.raises(ValueError, match=r"no measurements of \['nope'\]"):
         oracle_table(records(), "route", ["copy", "nope"])

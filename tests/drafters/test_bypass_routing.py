@@ -176,9 +176,11 @@ def test_a_step_curve_that_falls_or_does_not_start_at_one_is_refused():
 def test_the_job_gives_nested_priced_routers_the_plans_curve():
     from stagedspec.evaluation.job import price_by_curve
 
-    inner = BypassDrafter(BelowOne(), k=3, prices=PRICES, name="inner")
-    outer = BypassDrafter(inner, k=3, prices=PRICES)
+    inner = BypassDrafter(BelowOne(), k=3, prices=PRICES, name="inner", cost_curve=True)
+    outer = BypassDrafter(inner, k=3, prices=PRICES, cost_curve=True)
+    linear = BypassDrafter(BelowOne(), k=3, prices=PRICES)  # cost_curve off: keeps row_cost
     price_by_curve(outer, (1.0, 2.0))
-    assert outer._stats.curve == inner._stats.curve == (1.0, 2.0)
-    price_by_curve(outer, ())  # an uncalibrated plan leaves the linear price
+    price_by_curve(linear, (1.0, 2.0))
+    assert outer._stats.curve == inner._stats.curve == (1.0, 2.0) and linear._stats.curve == ()
+    price_by_curve(outer, ())  # an uncalibrated plan leaves the curve it had
     assert outer._stats.curve == (1.0, 2.0)
