@@ -33,7 +33,7 @@ SOURCES = {
     "peers": "docs/peers/v11-amd-humaneval-t0/results.json",
     "llama_cpp": "docs/peers/v11-amd-llama-cpp-humaneval-t0.json",
     "step_curve": "docs/bench/step-curve-2026-12-06-amd.json",
-    "main_command": "docs/main-command/2026-12-06",
+    "main_command": "docs/main-command/2026-12-06-amd",
     "paper": "docs/paper/2026-12-06",
 }
 """Block sources, relative to the repository root. A new measurement is a new dated file; point
