@@ -110,12 +110,14 @@ def stop_reason(stats: RoundStats, finished: str = "") -> str:
 
 
 def round_summary(levels: list[str], stats: RoundStats, finished: str = "") -> str:
-    """ "ngram 2/2 small 3/4 +4 rejected at depth 4 wasted 2/6": per level (lowest first)
+    """ "[small] ngram 2/2 small 3/4 +4 rejected at depth 4 wasted 2/6": the level whose draft
+    the target verified (with more than one level: a router's decision), per level (lowest first)
     the tokens the level above kept of those it drafted, the tokens emitted, why the round
     stopped, and the target positions whose result was thrown away."""
     per = " ".join(f"{lv} {stats.accepted.get(lv, 0)}/{stats.drafted.get(lv, 0)}" for lv in levels)
+    routed = f"[{stats.drafter}] " if stats.drafter and len(levels) > 1 else ""  # which level drafted for the target
     return (
-        f"{per + ' ' if per else ''}+{stats.emitted} {stop_reason(stats, finished)}; "
+        f"{routed}{per + ' ' if per else ''}+{stats.emitted} {stop_reason(stats, finished)}; "
         f"wasted {stats.wasted_target_positions}/{stats.target_positions}"
     )
 

@@ -235,6 +235,7 @@ class SpeculativeDecoder:
         )
         if result.draft_level is not None:
             owner = tree.owner or result.draft_level
+            stats.drafter = owner if len(tree) else None
             stats.drafted[owner] = stats.drafted.get(owner, 0) + len(tree)
             stats.accepted[owner] = stats.accepted.get(owner, 0) + len(path)
         result.record(stats)

@@ -75,6 +75,9 @@ class RoundStats:
     """Draft nodes sent to the target (= draft length for a chain)."""
     padding_positions: int = 0
     """Positions scored only to pad this sequence up to the batch's widest row."""
+    drafter: str | None = None
+    """The level whose draft the target verified this round (a router's choice: its copy, or
+    the level below it); None without a draft."""
 
     @property
     def wasted_target_positions(self) -> int:
@@ -228,6 +231,8 @@ class _Totals:
     drafted: Counter[str] = field(default_factory=Counter)
     accepted: Counter[str] = field(default_factory=Counter)
     provenance: Counter[str] = field(default_factory=Counter)
+    drafters: Counter[str] = field(default_factory=Counter)
+    """Rounds per level whose draft the target verified (``RoundStats.drafter``)."""
     emitted: int = 0
     positions: int = 0
     padding: int = 0
@@ -251,6 +256,8 @@ class _Totals:
             for r in s.rounds:
                 t.drafted.update(r.drafted)
                 t.accepted.update(r.accepted)
+                if r.drafter is not None:
+                    t.drafters[r.drafter] += 1
                 t.emitted += r.emitted
                 t.positions += r.target_positions
                 t.padding += r.padding_positions
@@ -297,6 +304,9 @@ def summarize(sequences: list[SequenceResult]) -> dict[str, float]:
     total_prov = sum(t.provenance.values())
     for level, n in t.provenance.items():
         out[f"provenance/{level}"] = n / total_prov if total_prov else 0.0
+    drafted_rounds = sum(t.drafters.values())
+    for level, n in t.drafters.items():  # a router's decisions: the share of drafted rounds each level drafted
+        out[f"routed/{level}"] = n / drafted_rounds
     return out
 
 

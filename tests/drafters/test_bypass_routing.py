@@ -3,6 +3,8 @@ the round after a missed copy to the level below."""
 
 from __future__ import annotations
 
+import pytest
+
 from stagedspec.drafters import BypassDrafter
 from stagedspec.drafters.bypass import RoutePrices
 from stagedspec.engine.drafter_protocol import Drafter
@@ -122,6 +124,11 @@ def test_greedy_output_with_the_priced_router_equals_plain_decoding():
     out = SpeculativeDecoder(target.model, d, SamplingConfig()).generate(tiny_prompts(3), N_NEW)
     assert [s.output_ids for s in out.sequences] == [list(r) for r in hf_reference(3)]
     assert d.decisions["copy"] > 0 and d.decisions["lower"] > 0  # both routes taken
+    # each round records whose draft the target verified, and the shares add up to the router's count
+    drafters = [r.drafter for s in out.sequences for r in s.rounds if r.drafter is not None]
+    assert set(drafters) == {"copy", "small"} and drafters.count("copy") == d.decisions["copy"]
+    summary = out.summary()
+    assert summary["routed/copy"] + summary["routed/small"] == pytest.approx(1.0)
 
 
 def test_sampled_output_with_the_priced_router_has_the_targets_distribution():

@@ -348,3 +348,20 @@ def test_interval_metrics_say_what_the_interval_is_over():
     m = interval_metrics("speedup", speedup_interval(one_prompt))
     assert m["speedup_ci_n"] == 3.0 and m["speedup_ci_over_prompts"] == 0.0
     assert m["speedup_ci_low"] < 2.0 < m["speedup_ci_high"]
+
+
+def test_routed_shares_count_the_level_each_draft_came_from():
+    """Four rounds, drafted by copy, small, small and none (a round without a draft): routed/copy =
+    1/3 and routed/small = 2/3 of the drafted rounds; the view's round line names the level."""
+    from stagedspec.app.view import round_summary
+    from stagedspec.metrics.round_stats import summarize
+
+    s = SequenceResult(prompt_ids=[1], draft_level="copy")
+    for who in ("copy", "small", "small", None):
+        r = _round(1, True, 2)
+        r.drafter = who
+        s.record(r)
+    out = summarize([s])
+    assert out["routed/copy"] == pytest.approx(1 / 3) and out["routed/small"] == pytest.approx(2 / 3)
+    assert round_summary(["small", "copy"], s.rounds[0]).startswith("[copy] small 1/3 ")
+    assert not round_summary(["small"], s.rounds[1]).startswith("[")  # one level: nothing to route
