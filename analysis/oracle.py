@@ -21,7 +21,17 @@ import json
 import statistics
 from pathlib import Path
 
-from stagedspec.evaluation.bench_table import geomean_ci
+import numpy as np
+
+
+def geomean_ci(ratios: list[float], n_boot: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """Geometric mean of per-prompt ratios and a bootstrap 95% interval (prompts resampled), as the
+    peers tables compute it; numpy's generator, since analysis/ reads no engine or torch code."""
+    logs = np.log(np.asarray(ratios, dtype=np.float64))
+    idx = np.random.default_rng(seed).integers(0, len(logs), size=(n_boot, len(logs)))
+    boots = np.sort(np.exp(logs[idx].mean(1)))
+    return float(np.exp(logs.mean())), float(boots[int(0.025 * n_boot)]), float(boots[int(0.975 * n_boot) - 1])
+
 
 WITHIN = 0.9
 """A prompt counts as matched when router / oracle >= this."""

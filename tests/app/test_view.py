@@ -324,3 +324,12 @@ def test_default_sweep_experiment_is_named_for_what_it_is():
         name = compose("config", overrides=["experiment=default"]).experiment_name
     assert name == "stagedspec-humaneval"
     assert f"experiment={name} " in (REPO / "experiments" / "sweep_default.sh").read_text()
+
+
+def test_the_rounds_line_names_the_level_that_drafted_for_the_target():
+    from stagedspec.app.view import round_summary
+
+    r = RoundStats(drafted={"copy": 3}, accepted={"copy": 1}, emitted=2, target_positions=4, accepted_depth=1)
+    r.rejected, r.draft_depth, r.tree_nodes, r.drafter = True, 3, 3, "copy"
+    assert round_summary(["small", "copy"], r).startswith("[copy] small 0/0 copy 1/3 +2 ")
+    assert round_summary(["copy"], r).startswith("copy 1/3 +2 ")  # one level: nothing was routed

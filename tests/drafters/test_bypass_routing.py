@@ -178,16 +178,3 @@ def test_a_step_curve_that_falls_or_does_not_start_at_one_is_refused():
     for bad in ((1.0, 2.0, 1.5), (2.0, 3.0)):
         with pytest.raises(ValueError, match="starts at 1 and never falls"):
             d.use_step_curve(bad)
-
-
-def test_the_job_gives_nested_priced_routers_the_plans_curve():
-    from stagedspec.evaluation.job import price_by_curve
-
-    inner = BypassDrafter(BelowOne(), k=3, prices=PRICES, name="inner", cost_curve=True)
-    outer = BypassDrafter(inner, k=3, prices=PRICES, cost_curve=True)
-    linear = BypassDrafter(BelowOne(), k=3, prices=PRICES)  # cost_curve off: keeps row_cost
-    price_by_curve(outer, (1.0, 2.0))
-    price_by_curve(linear, (1.0, 2.0))
-    assert outer._stats.curve == inner._stats.curve == (1.0, 2.0) and linear._stats.curve == ()
-    price_by_curve(outer, ())  # an uncalibrated plan leaves the curve it had
-    assert outer._stats.curve == (1.0, 2.0)
