@@ -8,6 +8,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from stagedspec.drafters import BypassDrafter, KatzNgramDrafter, ModelDrafter, PromptLookupDrafter
+from stagedspec.engine.drafter_protocol import Drafter
+from stagedspec.engine.tree import DraftTree
 from stagedspec.models.model_loading import LoadedModel, ModelSpec, load_model, truncated_copy
 
 VOCAB = 128
@@ -81,3 +83,26 @@ def hierarchy(kind: str, target: LoadedModel, k: int, tree=None, lower_k: int = 
             miss_below=2,
         )
     raise ValueError(kind)
+
+
+class ProposeOne(Drafter):
+    """A level below a router in routing tests: proposes token 99 to every row and counts its calls."""
+
+    name = "below"
+
+    def __init__(self, max_depth: int = 1) -> None:
+        self.calls = 0
+        self._depth = max_depth
+
+    @property
+    def max_depth(self) -> int:
+        return self._depth
+
+    def propose(self, contexts, features=None):
+        self.calls += 1
+        out = []
+        for _ in contexts:
+            t = DraftTree()
+            t.add(99, -1, None, self.name)
+            out.append(t)
+        return out

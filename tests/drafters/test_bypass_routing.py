@@ -7,26 +7,11 @@ import pytest
 
 from stagedspec.drafters import BypassDrafter
 from stagedspec.drafters.bypass import RoutePrices
-from stagedspec.engine.drafter_protocol import Drafter
 from stagedspec.engine.tree import DraftTree
+from tests.helpers import ProposeOne
 
 
-class Below(Drafter):
-    """Proposes token 99 to every row; counts its calls."""
-
-    name = "below"
-
-    def __init__(self):
-        self.calls = 0
-
-    def propose(self, contexts, features=None):
-        self.calls += 1
-        out = []
-        for _ in contexts:
-            t = DraftTree()
-            t.add(99, -1, None, self.name)
-            out.append(t)
-        return out
+Below = ProposeOne  # token 99 to every row, its calls counted (max_depth 1)
 
 
 def _tokens(tree: DraftTree) -> list[int]:
@@ -66,8 +51,7 @@ def test_without_miss_below_a_match_always_copies():
 
 
 # --------------------------------------------------------------------------- the priced router
-class BelowOne(Below):
-    max_depth = 1
+BelowOne = ProposeOne
 
 
 PRICES = RoutePrices(row_cost=0.1, draft_cost=0.5, prior_weight=1.0, prior_accepted=2.0)

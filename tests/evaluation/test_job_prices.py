@@ -4,23 +4,7 @@ from __future__ import annotations
 
 from stagedspec.drafters import BypassDrafter
 from stagedspec.drafters.bypass import RoutePrices
-from stagedspec.engine.drafter_protocol import Drafter
-from stagedspec.engine.tree import DraftTree
-
-
-class BelowOne(Drafter):
-    """A level below the routers: one token, 99, for every row."""
-
-    name = "below"
-    max_depth = 1
-
-    def propose(self, contexts, features=None):
-        out = []
-        for _ in contexts:
-            t = DraftTree()
-            t.add(99, -1, None, self.name)
-            out.append(t)
-        return out
+from tests.helpers import ProposeOne as BelowOne
 
 
 PRICES = RoutePrices(row_cost=0.1, draft_cost=0.5, prior_weight=1.0, prior_accepted=2.0)
