@@ -3,7 +3,7 @@
 # target's T(n) on torch (4-bit codes, dense) and on llama.cpp over the same GGUF, interleaved; the
 # peers run on the HumanEval test split at T = 0 with the staged default (rule), the priced router
 # on this machine's calibrated cost curve (priced:24) and its linear defaults (route:24), beside
-# the two-level ablations at their dev best, interleaved per prompt (analysis/oracle.py reads it:
+# the two-level ablations at their dev best, interleaved per prompt (experiments/oracle.py reads it:
 # each router against the best fixed routing per prompt); then llama.cpp's own programs on the same
 # GGUFs and prompts. LLAMA_BIN: llama.cpp's build/bin with the bindings importable (docs/llama-cpp.md).
 set -uo pipefail
@@ -22,9 +22,9 @@ python experiments/peers.py --target qwen2.5-coder-1.5b --draft qwen2.5-coder-0.
   --ours "ar,copy:16:3,q4:12:50:2,$low>copy:24:6,$low>route:24,$low>priced:24" \
   --out docs/peers/v9-amd-humaneval-t0
 date -u
-python -m analysis.oracle docs/peers/v9-amd-humaneval-t0/measurements.jsonl --router "$low>priced:24" \
+python experiments/oracle.py docs/peers/v9-amd-humaneval-t0/measurements.jsonl --router "$low>priced:24" \
   --fixed "copy:16:3,q4:12:50:2,$low>copy:24:6" --out docs/peers/v9-amd-humaneval-t0/oracle-priced.md
-python -m analysis.oracle docs/peers/v9-amd-humaneval-t0/measurements.jsonl --router "$low>route:24" \
+python experiments/oracle.py docs/peers/v9-amd-humaneval-t0/measurements.jsonl --router "$low>route:24" \
   --fixed "copy:16:3,q4:12:50:2,$low>copy:24:6" --out docs/peers/v9-amd-humaneval-t0/oracle-route.md
 if [ -n "${LLAMA_BIN:-}" ]; then
   python experiments/llama_cpp_peer.py --bin "$LLAMA_BIN" --split test --prompts 6 \

@@ -3,7 +3,7 @@
 # that cut copies by price (docs/tuning/amd-dev-cut-*): the staged default's rule against the priced
 # router on the calibrated cost curve (priced:24) and on linear prices (route:24), beside the
 # two-level ablations at their dev best, interleaved per prompt: HumanEval T = 0 (6 problems),
-# T = 0.7 over 3 seeds (4 problems), MT-bench first turns T = 0 (6). analysis/oracle.py reads each.
+# T = 0.7 over 3 seeds (4 problems), MT-bench first turns T = 0 (6). experiments/oracle.py reads each.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 . .venv/bin/activate
@@ -25,7 +25,7 @@ python experiments/peers.py "${common[@]}" --data mt_bench --prompts 6 --repeats
 date -u
 for run in v10-amd-humaneval-t0 v10-amd-humaneval-t07-3-seeds v10-amd-mtbench-t0; do
   for r in route priced; do
-    python -m analysis.oracle docs/peers/$run/measurements.jsonl --router "$low>$r:24" --fixed "$fixed" \
+    python experiments/oracle.py docs/peers/$run/measurements.jsonl --router "$low>$r:24" --fixed "$fixed" \
       --out docs/peers/$run/oracle-$r.md
   done
 done

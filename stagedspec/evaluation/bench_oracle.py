@@ -1,37 +1,21 @@
-"""The router against the best fixed routing in hindsight, per prompt, from a peers run.
-
-    python -m analysis.oracle docs/peers/v9-humaneval-t0/measurements.jsonl \
-        --router "ngram:1:30>q4:12:50:2>route:24" \
-        --fixed "ngram:1:30>q4:12:50:2>copy:24:6,copy:16:3,q4:12:50:2" --out docs/peers/v9-oracle.md
+"""The router against the best fixed routing in hindsight, per prompt, from a peers run's
+measurements (``experiments/oracle.py`` is its command line).
 
 A router decides each round which proposal to send; a fixed routing sends the same kind of
 proposal by a rule that does not learn (always copy, always the 0.5B, the match-length rule).
 The oracle is, for each prompt, the fastest of the fixed routings measured on it (chosen after
 the fact, so no deployable method reaches it in general). The table gives each prompt's tokens/s
 (batch 1, decode only where the prefill was recorded, median over repeats: sampled repeats are
-other samples), the oracle, the router and
-their ratio; the summary line the geometric mean of router / oracle over prompts with its
-bootstrap 95% interval, and how many prompts are within 10% of their oracle.
+other samples), the oracle, the router and their ratio; the summary line the geometric mean of
+router / oracle over prompts with its bootstrap 95% interval (``bench_table.geomean_ci``, as the
+peers tables), and how many prompts are within 10% of their oracle.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-from pathlib import Path
 
-import numpy as np
-
-
-def geomean_ci(ratios: list[float], n_boot: int = 2000, seed: int = 0) -> tuple[float, float, float]:
-    """Geometric mean of per-prompt ratios and a bootstrap 95% interval (prompts resampled), as the
-    peers tables compute it; numpy's generator, since analysis/ reads no engine or torch code."""
-    logs = np.log(np.asarray(ratios, dtype=np.float64))
-    idx = np.random.default_rng(seed).integers(0, len(logs), size=(n_boot, len(logs)))
-    boots = np.sort(np.exp(logs[idx].mean(1)))
-    return float(np.exp(logs.mean())), float(boots[int(0.025 * n_boot)]), float(boots[int(0.975 * n_boot) - 1])
-
+from .bench_table import geomean_ci
 
 WITHIN = 0.9
 """A prompt counts as matched when router / oracle >= this."""
@@ -103,23 +87,3 @@ def markdown(rows: list[dict], summary: dict, router: str, fixed: list[str]) -> 
         f"fixed routing (`{summary['best_fixed']}`) reaches {summary['best_fixed_vs_oracle']:.2f} of the oracle.",
     ]
     return "\n".join(lines) + "\n"
-
-
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("measurements", help="a peers run's measurements.jsonl")
-    ap.add_argument("--router", required=True, help="the routed method's name as in the file")
-    ap.add_argument("--fixed", required=True, help="comma-separated fixed routings (method names as in the file)")
-    ap.add_argument("--out", default=None, help="also write the markdown here")
-    args = ap.parse_args(argv)
-    records = [json.loads(line) for line in Path(args.measurements).read_text().splitlines() if line.strip()]
-    fixed = [m for m in args.fixed.split(",") if m]
-    rows, summary = oracle_table(records, args.router, fixed)
-    text = markdown(rows, summary, args.router, fixed)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
-
-
-if __name__ == "__main__":
-    main()

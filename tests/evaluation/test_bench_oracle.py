@@ -1,10 +1,10 @@
-"""analysis/oracle.py: the router against the best fixed routing per prompt, on hand-made records."""
+"""stagedspec/evaluation/bench_oracle.py: the router against the best fixed routing per prompt, on hand-made records."""
 
 import math
 
 import pytest
 
-from analysis.oracle import markdown, oracle_table
+from stagedspec.evaluation.bench_oracle import markdown, oracle_table
 
 
 def rec(method, prompt, tokens, seconds, repeat=0, batch=1):
