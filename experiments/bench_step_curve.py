@@ -63,6 +63,9 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--llama-cpp", action="store_true", help="also time the target on llama.cpp (optional install)")
+    ap.add_argument(
+        "--native", action="store_true", help="also time weights=gguf_native (the GGUF's blocks x int8 activations)"
+    )
     ap.add_argument("--out", default=None, help="write the markdown table here (and the JSON beside it)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -70,11 +73,16 @@ def main(argv=None) -> None:
     target = load_model(ModelSpec(source="embedded", embedded=args.target, dtype="bfloat16", weights="gguf_q4"))
     q4 = kernel_plan(target, "fast")
     plans = {"gguf_q4": q4, "dense": dataclasses.replace(q4, int4_rows=0, int4_exact=False, name="dense")}
+    models = {name: target for name in plans}
+    if args.native:  # a second model object (gguf_q4 rounds its dense copy to the int4 kernel's weights)
+        native = load_model(ModelSpec(source="embedded", embedded=args.target, dtype="bfloat16", weights="gguf_native"))
+        plans["gguf_native"] = kernel_plan(native, "fast")
+        models["gguf_native"] = native
     bw = [read_bandwidth()]
     ctx = torch.randint(0, target.vocab_size, (args.context,), generator=torch.Generator().manual_seed(0)).tolist()
     kvs = {}
     for name, plan in plans.items():
-        kvs[name] = KVModel(target.model, plan=plan)
+        kvs[name] = KVModel(models[name].model, plan=plan)
         kvs[name].reset(1)
     if args.llama_cpp:
         handle = load_llama_cpp(gguf_path(target.spec), threads=args.threads, vocab_size=target.vocab_size)
@@ -93,14 +101,16 @@ def main(argv=None) -> None:
     bw.append(read_bandwidth())
     med = {p: {n: statistics.median(v) for n, v in d.items()} for p, d in times.items()}
     nbytes = {
-        p: step_bytes(target.model, plan=plan) if plan is not None else gguf_bytes(target.spec)
+        p: step_bytes(models[p].model, plan=plan) if plan is not None else gguf_bytes(target.spec)
         for p, plan in plans.items()
     }
     lines = [
         f"## Target step T(n): {target.name}, bfloat16 activations, {args.threads} threads, context {args.context}",
         "",
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {cpu_model()} ({platform.machine()}), "
-        f"{args.repeats} repeats interleaved, medians (ms). Plan: {q4.describe()}.",
+        f"{args.repeats} repeats interleaved, medians (ms). Plans: "
+        + "; ".join(plans[p].describe() for p in plans if plans[p] is not None and p != "dense")
+        + ".",
         "",
         "| plan | " + " | ".join(f"T({n})" for n in rows) + " | T(16)/T(1) | MB/step (1 row) | read floor ms |",
         "|---|" + "---|" * (len(rows) + 3),

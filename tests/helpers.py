@@ -106,3 +106,23 @@ class ProposeOne(Drafter):
             t.add(99, -1, None, self.name)
             out.append(t)
         return out
+
+
+def random_gguf_blocks(kind: str, rows: int, cols: int, seed: int = 0, size: float = 0.05):
+    """Random GGUF rows of ``kind`` ("q4_k" or "q6_k"; [rows, cols / 256 * block bytes], uint8
+    numpy) whose weights are of magnitude about ``size``: random codes, 6-bit scales and minima
+    (Q4_K) or int8 scales (Q6_K), and float16 block scales chosen for that magnitude."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    n = rows * cols // 256
+    if kind == "q4_k":  # d, dmin (float16), 12 bytes of 6-bit scales and minima, 128 bytes of codes
+        b = rng.integers(0, 256, size=(n, 144), dtype=np.uint8)
+        b[:, 0:2] = (rng.uniform(0.5, 1.0, n) * 2 * size / (15 * 63)).astype(np.float16).view(np.uint8).reshape(-1, 2)
+        b[:, 2:4] = (rng.uniform(0.5, 1.0, n) * size / 63).astype(np.float16).view(np.uint8).reshape(-1, 2)
+    elif kind == "q6_k":  # 128 + 64 bytes of codes, 16 int8 scales, d (float16)
+        b = rng.integers(0, 256, size=(n, 210), dtype=np.uint8)
+        b[:, 208:210] = (rng.uniform(0.5, 1.0, n) * size / (32 * 128)).astype(np.float16).view(np.uint8).reshape(-1, 2)
+    else:
+        raise ValueError(kind)
+    return b.reshape(rows, -1)

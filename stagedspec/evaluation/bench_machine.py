@@ -60,8 +60,14 @@ def step_bytes(model: nn.Module, tokens: int = 1, plan: KernelChoice | None = No
     output head, of which a step reads only its tokens' rows. (Qwen2.5-Coder-1.5B's GGUF
     has an untied 466 MB table: counting it whole put the floor 15% too low.) Under a
     ``plan`` whose 4-bit path takes ``tokens`` rows, a module on that path reads its 4-bit
-    pack (codes, scales and offsets) instead of its dense weight."""
+    pack (codes, scales and offsets) instead of its dense weight; under a ``native`` plan a
+    module holding GGUF blocks reads those (``models/gguf_native.py``)."""
     total = weight_bytes(model)
+    if plan is not None and plan.native:  # a module with GGUF blocks reads its repacked blocks
+        for mod in gemm_modules(model):
+            segs = getattr(mod, "_stagedspec_native", None)
+            if segs:
+                total += sum(s.blocks.numel() for s in segs) - mod.weight.numel() * mod.weight.element_size()
     if plan is not None and tokens <= plan.int4_rows:
         for mod in gemm_modules(model):
             pack = getattr(mod, "_stagedspec_packs", {}).get(PATH_INT4)

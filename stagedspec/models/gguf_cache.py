@@ -23,6 +23,9 @@ from torch import nn
 
 from . import gguf_int4
 
+NATIVE_FILE, NATIVE_KINDS = "native_blocks.safetensors", ("q4_k", "q6_k")
+"""Where ``gguf_native`` caches its blocks, and their kinds (it imports these)."""
+
 if TYPE_CHECKING:
     from .model_loading import ModelSpec
 
@@ -57,8 +60,11 @@ def load_gguf_cached(
     try:
         model = from_pretrained(gguf.parent, spec, torch.float32, gguf_file=gguf.name)
         tokenizer = load_tokenizer_if_any(gguf.parent, gguf_file=gguf.name)
-        # the 4-bit blocks too, while the GGUF is at hand (else the first gguf_q4 load assembles it again)
-        blocks = gguf_int4.read_blocks(gguf) if spec.weights == "gguf_q4" else None
+        # the quantized blocks too, while the GGUF is at hand (else the first load that needs
+        # them assembles it again): (file, kinds) per weights setting
+        wanted = {"gguf_q4": (gguf_int4.BLOCKS_FILE, ("q4_k", "q4_1")), "gguf_native": (NATIVE_FILE, NATIVE_KINDS)}
+        blocks_file, kinds = wanted.get(spec.weights, (None, ()))
+        blocks = gguf_int4.read_blocks(gguf, kinds) if kinds else None
     finally:
         if temporary:
             gguf.unlink(missing_ok=True)
@@ -68,7 +74,7 @@ def load_gguf_cached(
     except OSError as e:  # a read-only or full disk costs speed, not correctness
         log.warning("could not write the model cache %s: %s", cache, e)
     if blocks and cache.is_dir():
-        gguf_int4.save_blocks(cache, blocks)
+        gguf_int4.save_blocks(cache, blocks, blocks_file)
     return model, tokenizer, cache, False
 
 

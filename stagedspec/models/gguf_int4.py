@@ -68,17 +68,18 @@ def hf_linear_name(gguf_name: str) -> str | None:
     return None
 
 
-def read_blocks(gguf_path: str | Path) -> dict[str, torch.Tensor]:
-    """The raw Q4_K / Q4_1 blocks of every decoder Linear weight in a GGUF file, by the
-    Hugging Face module name, prefixed ``q4_k:`` or ``q4_1:`` (uint8, [out, blocks * bytes])."""
+def read_blocks(gguf_path: str | Path, kinds: tuple[str, ...] = ("q4_k", "q4_1")) -> dict[str, torch.Tensor]:
+    """The raw blocks of every decoder Linear weight in a GGUF file stored in one of ``kinds``
+    (GGML type names, lower case), by the Hugging Face module name, prefixed with the kind
+    (``q4_k:model.layers.0.mlp.up_proj``; uint8, [out, blocks * bytes])."""
     import gguf  # the GGUF reader (a dependency; imported here as only this function reads files)
 
-    kinds = {gguf.GGMLQuantizationType.Q4_K: "q4_k", gguf.GGMLQuantizationType.Q4_1: "q4_1"}
+    types = {getattr(gguf.GGMLQuantizationType, k.upper()): k for k in kinds}
     out: dict[str, torch.Tensor] = {}
     for t in gguf.GGUFReader(gguf_path).tensors:
         name = hf_linear_name(t.name)
-        if name is not None and t.tensor_type in kinds:
-            out[f"{kinds[t.tensor_type]}:{name}"] = torch.from_numpy(np.array(t.data, dtype=np.uint8))
+        if name is not None and t.tensor_type in types:
+            out[f"{types[t.tensor_type]}:{name}"] = torch.from_numpy(np.array(t.data, dtype=np.uint8))
     return out
 
 
@@ -124,14 +125,14 @@ def decode(key: str, blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, 
     return (decode_q4k if key.startswith("q4_k:") else decode_q41)(blocks)
 
 
-def save_blocks(cache_path: Path, blocks: dict[str, torch.Tensor]) -> None:
-    """Write ``blocks`` to ``cache_path``/q4_blocks.safetensors atomically (a failure to write
-    costs the next load a pass over the GGUF, not correctness)."""
+def save_blocks(cache_path: Path, blocks: dict[str, torch.Tensor], file: str = BLOCKS_FILE) -> None:
+    """Write ``blocks`` to ``cache_path``/``file`` atomically (a failure to write costs the
+    next load a pass over the GGUF, not correctness)."""
     from safetensors.torch import save_file
 
-    f = cache_path / BLOCKS_FILE
+    f = cache_path / file
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{BLOCKS_FILE}.", dir=cache_path)
+        fd, tmp = tempfile.mkstemp(prefix=f".{file}.", dir=cache_path)
         os.close(fd)
         save_file(blocks, tmp)
         os.replace(tmp, f)
@@ -139,17 +140,22 @@ def save_blocks(cache_path: Path, blocks: dict[str, torch.Tensor]) -> None:
         log.warning("could not cache the 4-bit blocks in %s: %s", f, e)
 
 
-def load_blocks(cache_path: Path | None, get_gguf: Callable[[Path], tuple[Path, bool]]) -> dict[str, torch.Tensor]:
-    """The 4-bit blocks, from ``cache_path``/q4_blocks.safetensors, else read from the GGUF
-    (``get_gguf(workdir)`` -> (path, temporary), as the loader's) and cached there."""
+def load_blocks(
+    cache_path: Path | None,
+    get_gguf: Callable[[Path], tuple[Path, bool]],
+    file: str = BLOCKS_FILE,
+    kinds: tuple[str, ...] = ("q4_k", "q4_1"),
+) -> dict[str, torch.Tensor]:
+    """The blocks of ``kinds`` (``read_blocks``), from ``cache_path``/``file``, else read from the
+    GGUF (``get_gguf(workdir)`` -> (path, temporary), as the loader's) and cached there."""
     from safetensors.torch import load_file
 
-    if cache_path is not None and (cache_path / BLOCKS_FILE).is_file():
-        return load_file(cache_path / BLOCKS_FILE)
+    if cache_path is not None and (cache_path / file).is_file():
+        return load_file(cache_path / file)
     work = Path(tempfile.mkdtemp(prefix="stagedspec-gguf-"))
     try:
         path, temporary = get_gguf(work)
-        blocks = read_blocks(path)
+        blocks = read_blocks(path, kinds)
         if temporary:
             path.unlink(missing_ok=True)
     finally:
@@ -157,7 +163,7 @@ def load_blocks(cache_path: Path | None, get_gguf: Callable[[Path], tuple[Path, 
             p.unlink()
         work.rmdir()
     if cache_path is not None and cache_path.is_dir():
-        save_blocks(cache_path, blocks)
+        save_blocks(cache_path, blocks, file)
     return blocks
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import gguf_int4
+from . import gguf_int4, gguf_native
 from .gguf_cache import from_pretrained, gguf_cache_path, load_gguf_cached, load_tokenizer_if_any
 from .packaged import PACKAGED, chunk_path, gguf_file, packaged
 
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 SOURCES = ("embedded", "hf", "gguf", "tiny", "truncated")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-WEIGHTS = ("dense", "gguf_q4")
+WEIGHTS = ("dense", "gguf_q4", "gguf_native")
 BACKENDS = ("torch", "llama_cpp")
 """Who runs the target's forwards: this project's torch path (kernel plans), or llama.cpp on the
 same GGUF file (``models/llama_cpp_model.py``, optional; draft levels always run on torch)."""
@@ -87,7 +87,9 @@ class ModelSpec:
     weights: str = "dense"
     """"dense": every weight in ``dtype`` (a GGUF dequantized once); "gguf_q4": besides, the
     GGUF's own 4-bit blocks (Q4_K, Q4_1) for torch's CPU int4 kernel, which a fast kernel plan
-    uses at the row counts where it is faster (``models/gguf_int4.py``)."""
+    uses at the row counts where it is faster (``models/gguf_int4.py``); "gguf_native": the
+    GGUF's own Q4_K / Q6_K blocks at every row count, with int8 activations, through this
+    project's C kernel (``models/gguf_native.py``; what llama.cpp computes on a CPU)."""
     backend: str = "torch"
     """Who runs the forwards when this is the target (``BACKENDS``): "torch", or "llama_cpp"
     (the GGUF file itself through llama.cpp's kernels; the torch model is still loaded for its
@@ -111,9 +113,11 @@ class ModelSpec:
             )
         if self.weights not in WEIGHTS:
             raise ValueError(f"unknown weights {self.weights!r}; valid: {list(WEIGHTS)}")
-        if self.weights == "gguf_q4" and (self.source not in ("embedded", "gguf") or self.device != "cpu"):
+        if self.weights in ("gguf_q4", "gguf_native") and (
+            self.source not in ("embedded", "gguf") or self.device != "cpu"
+        ):
             raise ValueError(
-                f"weights='gguf_q4' reads a GGUF's 4-bit blocks for a CPU kernel; source "
+                f"weights={self.weights!r} reads a GGUF's quantized blocks for a CPU kernel; source "
                 f"{self.source!r} on {self.device!r} has none: set weights=dense"
             )
         if self.backend not in BACKENDS:
@@ -251,6 +255,9 @@ def load_model(spec: ModelSpec) -> LoadedModel:
     if spec.weights == "gguf_q4":
         attached, failed = gguf_int4.attach(model, gguf_int4.load_blocks(cache_path, get_gguf))
         log.info("%s: %d GEMM modules hold the GGUF's own 4-bit codes (%d failed the check)", name, attached, failed)
+    if spec.weights == "gguf_native":
+        attached, failed = gguf_native.attach(model, gguf_native.load_blocks(cache_path, get_gguf))
+        log.info("%s: %d GEMM modules hold the GGUF's own blocks (%d failed the check)", name, attached, failed)
     load_time = time.perf_counter() - t0
     loaded = LoadedModel(
         model=model,

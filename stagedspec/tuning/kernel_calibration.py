@@ -32,7 +32,9 @@ from stagedspec.engine.kernels import (
     gemm_modules,
     long_path_for,
     install,
+    native_forward,
 )
+from stagedspec.engine.qk_kernels import TILE, has_tiles, split_rows
 from .disk_cache import write_json_atomically
 from .tree_calibration import isotonic
 
@@ -42,10 +44,10 @@ MAX_ROWS = 32
 """Row counts the calibration covers (a bypass draft of 24 verifies 25); a plan takes
 ``KernelChoice.long_path`` for more rows."""
 
-CALIBRATION_VERSION = 2
+CALIBRATION_VERSION = 3
 """Part of the cache key: raised when the timing procedure changes (2: an untimed pass per
-path first and the fastest pass kept, rows up to 32), so that no calibration made the old
-way is read back. A plan from version 1, made on a busy machine, had the 1.5B verify 6, 8
+path first and the fastest pass kept, rows up to 32; 3: the GGUF-native kernel's two loops
+timed), so that no calibration made the old way is read back. A plan from version 1, made on a busy machine, had the 1.5B verify 6, 8
 and 11 rows through F.linear at 1.5x mkldnn's time."""
 
 
@@ -60,6 +62,9 @@ class Calibration:
     int4_ms: dict[str, dict[str, float]] = field(default_factory=dict)
     """rows -> {"int4": ms, "dense": ms}: one pass over the modules holding their file's own
     4-bit codes, through the int4 kernel and through the plan's dense path."""
+    native_ms: dict[str, dict[str, float]] = field(default_factory=dict)
+    """rows -> {"rows": ms, "tiles": ms}: one pass over the modules holding their GGUF's own
+    blocks (``weights=gguf_native``) through each of the kernel's two loops."""
 
 
 INT4_MAX_ROWS = 8
@@ -70,6 +75,52 @@ with the rows; past a few rows the dense GEMM wins)."""
 def exact_int4_modules(model: nn.Module) -> list[nn.Linear]:
     """The GEMM modules holding their file's own 4-bit codes (``models/gguf_int4.py``)."""
     return [m for m in gemm_modules(model) if getattr(m, "_stagedspec_int4_exact", False)]
+
+
+def native_modules(model: nn.Module) -> list[nn.Linear]:
+    """The GEMM modules holding their GGUF's own blocks (``models/gguf_native.py``)."""
+    return [m for m in gemm_modules(model) if getattr(m, "_stagedspec_native", None)]
+
+
+def _time_native(model: nn.Module, max_rows: int, reps: int) -> dict[str, dict[str, float]]:
+    """For 1..16 rows (at most ``max_rows``): one pass over the modules holding GGUF blocks
+    through the kernel's 4-row loop and (AVX-512 builds) its 16-row tiles (more rows take
+    whole tiles and a remainder, ``qk_kernels.split_rows``)."""
+    mods = native_modules(model)
+    out: dict[str, dict[str, float]] = {}
+    if not mods:
+        return out
+    loops = {"rows": 0} | ({"tiles": 1} if has_tiles() else {})
+    for m in range(1, min(max_rows, TILE) + 1):
+        xs = [torch.randn(m, mod.in_features, dtype=mod.weight.dtype) for mod in mods]
+        out[str(m)] = {
+            k: _time_pass(mods, xs, lambda mod, x, f=f: native_forward(mod, x, f), reps) for k, f in loops.items()
+        }
+    return out
+
+
+def tiles_from(native_ms: dict[str, dict[str, float]]) -> int:
+    """The least row count from which a tile is faster than the 4-row loop at every timed row
+    count (0: never)."""
+    rows = sorted(int(m) for m in native_ms)
+    best = 0
+    for m in reversed(rows):
+        t = native_ms[str(m)]
+        if "tiles" not in t or t["tiles"] >= t["rows"]:
+            break
+        best = m
+    return best
+
+
+def native_cost(native_ms: dict[str, dict[str, float]], tiles_from: int, m: int) -> float:
+    """ms of one pass of ``m`` rows through the native kernel as ``qk_kernels.split_rows`` splits
+    them: whole tiles at the 16-row tile's time, the remainder at its loop's time."""
+    tiled = split_rows(m, tiles_from)
+    whole = -(-tiled // TILE)
+    rest = m - tiled
+    if rest > TILE:  # no tiles: the 4-row loop grows linearly past the timed rows
+        return native_ms[str(TILE)]["rows"] * rest / TILE
+    return whole * native_ms[str(TILE)]["tiles"] + (native_ms[str(rest)]["rows"] if rest else 0.0)
 
 
 def _linears(model: nn.Module) -> list[nn.Linear]:
@@ -90,23 +141,27 @@ def calibration_key(model: nn.Module, dtype: torch.dtype, threads: int, device: 
         "threads": threads,
         "device": str(device),
         "int4_exact": len(exact_int4_modules(model)),
+        "native": len(native_modules(model)),
     }
 
 
-def _time_pass(mods: list[nn.Linear], xs: list[torch.Tensor], path: str, reps: int) -> float:
+def _time_pass(mods: list[nn.Linear], xs: list[torch.Tensor], path, reps: int) -> float:
     """Fastest ms of one pass over every Linear weight (the memory traffic of a forward):
     the minimum, not the median, since every disturbance (another process, a page fault)
-    only adds time."""
+    only adds time. ``path``: a path name (``apply_path``) or a function (module, x) -> y."""
+    if isinstance(path, str):
+        name = path
+        path = lambda mod, x: apply_path(mod, name, x)  # noqa: E731
     with torch.no_grad():
         for mod, x in zip(mods, xs):  # warm-up, and packs the weights on first use
-            apply_path(mod, path, x)
+            path(mod, x)
         times: list[float] = []
         for _ in range(reps):
             if len(times) >= 3 and sum(times) > 1.0:  # a big model: 3 passes of over 0.3 s say enough
                 break
             t0 = time.perf_counter()
             for mod, x in zip(mods, xs):
-                apply_path(mod, path, x)
+                path(mod, x)
             times.append(time.perf_counter() - t0)
     return 1000 * min(times)
 
@@ -138,10 +193,12 @@ def calibrate(
     t0 = time.perf_counter()
     paths = available_paths(p.dtype, p.device)
     mods = gemm_modules(model)
-    times = _time_paths(mods, paths, max_rows, reps, p.dtype, p.device)
+    dense = [m for m in mods if not getattr(m, "_stagedspec_native", None)]  # the native kernel takes the rest
+    times = _time_paths(dense, paths, max_rows, reps, p.dtype, p.device) if dense else {}
     linear = choose_paths(times, max_packs) if times else [PATH_LINEAR] * max_rows
     int4_ms = _time_exact_int4(model, linear, reps)
     int4_rows = next((int(m) - 1 for m, t in int4_ms.items() if t["int4"] >= t["dense"]), len(int4_ms))
+    native_ms = _time_native(model, max_rows, reps)
     _drop_unused_packs(mods, linear)
     plan = KernelChoice(
         name=name,
@@ -152,6 +209,8 @@ def calibrate(
         lean_layers=True,
         int4_rows=int4_rows,
         int4_exact=bool(int4_rows),
+        native=bool(native_ms),
+        native_tiles_from=tiles_from(native_ms),
     )
     cal = Calibration(
         key={**key, **args},
@@ -159,6 +218,7 @@ def calibrate(
         plan={**asdict(plan), "linear": list(plan.linear)},
         seconds=time.perf_counter() - t0,
         int4_ms=int4_ms,
+        native_ms=native_ms,
     )
     write_json_atomically(f, asdict(cal), "kernel calibration", shown=cache)
     plan = dataclasses.replace(plan, step_curve=step_curve(cal, plan))
@@ -186,6 +246,9 @@ def step_curve(cal: Calibration, plan: KernelChoice) -> tuple[float, ...]:
     rows = sorted(int(m) for m in cal.times_ms)
     if not rows or rows[0] != 1:
         return ()
+    if plan.native and cal.native_ms:
+        ms = isotonic([native_cost(cal.native_ms, plan.native_tiles_from, m) for m in range(1, MAX_ROWS + 1)])
+        return tuple(t / ms[0] for t in ms)
     ms = []
     for m in rows:
         t = cal.times_ms[str(m)][plan.path(m, int4_ok=False)]

@@ -1,0 +1,241 @@
+"""A GGUF's own Q4_K / Q6_K blocks as GEMM weights, with int8 activations (``qk_kernels.c``).
+
+Why this exists: a CPU target step is a read of the weights, and the GGUF holds them in
+~4.5-6.6 bits; dequantized to bfloat16 a step reads 3x the bytes. torch's own int4 kernel
+takes only Q4_K (not the file's Q6_K third) and, past two rows, costs more than the dense
+GEMM; torchao's CPU kernels are not in its wheel. So the product is written here, in C, in
+llama.cpp's arithmetic (each activation row quantized per 256 columns to int8; exact int32
+dot products with the blocks' codes; the blocks' float scales applied per block), with two
+loops over the same arithmetic:
+
+* ``rows``: 4 rows at a time against the unpacked block (best at 1 to a few rows);
+* ``tiles``: 16 rows side by side in the SIMD lanes, each weight's 4 codes broadcast against
+  16 rows' activations (a VNNI dot product where the CPU has one), best for more rows.
+
+Each loop gives a row the same result whatever rows come with it (bitwise); the two loops
+sum the same exact integers in another float order, so they differ by float rounding
+(~1e-7 relative). The C source compiles once per machine (gcc or cc, ``-O3``, AVX-512 flags
+only where /proc/cpuinfo lists them; a scalar build otherwise, ``tiles`` then unused) into
+the cache directory beside the kernel calibrations.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("qk_kernels.c")
+QK = 256
+"""Input columns per block (Q4_K and Q6_K super-blocks; the activation quantization's block)."""
+TILE = 16
+"""Rows per tile of the ``tiles`` loop."""
+KINDS = {"q4_k": 4, "q6_k": 6}
+RAW_BYTES = {"q4_k": 144, "q6_k": 210}
+"""Bytes per 256 weights in a GGUF (Q4_K, Q6_K super-blocks)."""
+
+# the CPU flags that decide the build, and the compiler flags they allow
+_SIMD_FLAGS = {
+    "avx512f": "-mavx512f",
+    "avx512bw": "-mavx512bw",
+    "avx512vl": "-mavx512vl",
+    "avx512dq": "-mavx512dq",
+    "avx512_vnni": "-mavx512vnni",
+    "fma": "-mfma",
+}
+_NEEDED = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "fma")
+
+
+def cpu_flags() -> set[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def compile_flags(flags: set[str]) -> list[str]:
+    """The build's machine flags: AVX-512 (with VNNI where listed) when the CPU lists all of
+    ``_NEEDED``; none otherwise (the scalar build)."""
+    if not all(f in flags for f in _NEEDED):
+        return []
+    return [v for k, v in _SIMD_FLAGS.items() if k in flags]
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("STAGEDSPEC_CACHE") or "~/.cache/stagedspec").expanduser() / "kernels"
+
+
+_LIBS: dict[bool, ctypes.CDLL] = {}
+
+
+class KernelBuildError(RuntimeError):
+    pass
+
+
+def library(scalar: bool = False) -> ctypes.CDLL:
+    """The compiled kernels (built at the first call on this machine, then cached);
+    ``scalar``: the build without machine flags (what a CPU without AVX-512 runs; tests)."""
+    if scalar in _LIBS:
+        return _LIBS[scalar]
+    machine = [] if scalar else compile_flags(cpu_flags())
+    # -ffp-contract=off: a * b + c stays two roundings where the source says so (the dequantized
+    # weights must equal the GGUF reader's, which fuses nothing); the kernels' fused steps are explicit
+    flags = ["-O3", "-ffp-contract=off", "-fPIC", "-shared", "-fopenmp", *machine]
+    src = SOURCE.read_bytes()
+    tag = hashlib.sha256(src + " ".join(flags).encode()).hexdigest()[:16]
+    out = _cache_dir() / f"qk_kernels-{tag}.so"
+    if not out.is_file():
+        cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+        if cc is None:
+            raise KernelBuildError(
+                "weights=gguf_native needs a C compiler (gcc or cc, or $CC) to build its kernel; "
+                "install one or use target.weights=gguf_q4 / dense"
+            )
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".qk_kernels-", suffix=".so", dir=out.parent)
+        os.close(fd)
+        cmd = [cc, *flags, str(SOURCE), "-o", tmp, "-lm"]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            Path(tmp).unlink(missing_ok=True)
+            raise KernelBuildError(f"building {SOURCE.name} failed ({' '.join(cmd)}):\n{r.stderr[-2000:]}")
+        os.replace(tmp, out)
+        log.info("built %s (%s)", out, " ".join(machine) or "scalar")
+    lib = ctypes.CDLL(str(out))
+    P, I, C = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+    lib.qk_repack_q4k.argtypes = [P, I, P]
+    lib.qk_repack_q6k.argtypes = [P, I, P]
+    lib.qk_dequant_q4.argtypes = [P, I, P]
+    lib.qk_dequant_q6.argtypes = [P, I, P]
+    lib.qk_quantize.argtypes = [P, I, I, P, P, P, C]
+    lib.qk_gemm.argtypes = [C, P, I, I, P, P, P, I, P, I, C]
+    if lib.qk_simd():
+        lib.qk_panel.argtypes = [P, P, P, I, I, P, P, P]
+        lib.qk_gemm_tiles.argtypes = [C, P, I, I, P, P, P, I, P, I, C]
+    _LIBS[scalar] = lib
+    return lib
+
+
+def has_tiles() -> bool:
+    """Whether this machine's build has the ``tiles`` loop (the AVX-512 build)."""
+    return bool(library().qk_simd())
+
+
+@dataclass
+class Segment:
+    """Output rows [start, start + rows) of a GEMM, from one tensor's repacked blocks."""
+
+    kind: str
+    blocks: torch.Tensor  # uint8, repacked (qk_repack_*)
+    start: int
+    rows: int
+    cols: int
+
+
+def repack(kind: str, raw: torch.Tensor) -> torch.Tensor:
+    """A GGUF tensor's raw blocks ([out, in / 256 * bytes], uint8) in the kernel's layout."""
+    lib = library()
+    raw = raw.contiguous()
+    n = raw.numel() // RAW_BYTES[kind]
+    size = lib.qk_q4_block_bytes() if kind == "q4_k" else lib.qk_q6_block_bytes()
+    out = torch.empty(n * size, dtype=torch.uint8)
+    (lib.qk_repack_q4k if kind == "q4_k" else lib.qk_repack_q6k)(raw.data_ptr(), n, out.data_ptr())
+    return out
+
+
+def dequantize(seg: Segment) -> torch.Tensor:
+    """The float32 weight ([rows, cols]) a segment's blocks hold."""
+    lib = library()
+    out = torch.empty(seg.rows, seg.cols, dtype=torch.float32)
+    fn = lib.qk_dequant_q4 if seg.kind == "q4_k" else lib.qk_dequant_q6
+    fn(seg.blocks.data_ptr(), seg.rows * seg.cols // QK, out.data_ptr())
+    return out
+
+
+def split_rows(m: int, tiles_from: int) -> int:
+    """How many of ``m`` rows the 16-row tiles take (the rest, the 4-row loop): whole tiles,
+    and the remainder too when it is at least ``tiles_from`` rows (0: no tiles)."""
+    if not tiles_from or m < tiles_from:
+        return 0
+    rest = m % TILE
+    return m if rest >= tiles_from or rest == 0 else m - rest
+
+
+def matmul(
+    x: torch.Tensor, segments: list[Segment], tiles_from: int = 0, threads: int | None = None, scalar: bool = False
+) -> torch.Tensor:
+    """``x @ W.T`` ([m, K] float -> [m, N] float32) with W the segments' blocks stacked by rows,
+    x quantized to int8 per row and block of 256; the 16-row tiles (AVX-512 builds) take the rows
+    ``split_rows(m, tiles_from)`` gives them, the 4-row loop the rest (``scalar``: the scalar
+    build's loop, no tiles)."""
+    lib = library(scalar)
+    tiles_from = 0 if not lib.qk_simd() else tiles_from
+    m, K = x.shape
+    tiled = split_rows(m, tiles_from)
+    threads = threads or torch.get_num_threads()
+    x = x.to(torch.float32).contiguous()
+    nb = K // QK
+    xd = torch.empty(m * nb, dtype=torch.float32)
+    xq = torch.empty(m * nb * QK, dtype=torch.int8)
+    xs = torch.empty(m * nb * 16, dtype=torch.int16)
+    lib.qk_quantize(x.data_ptr(), m, K, xd.data_ptr(), xq.data_ptr(), xs.data_ptr(), threads)
+    N = segments[-1].start + segments[-1].rows
+    y = torch.empty(m, N, dtype=torch.float32)
+    if tiled:
+        t = -(-tiled // TILE)
+        xp = torch.empty(t * nb * QK * TILE, dtype=torch.int8)
+        xdp = torch.empty(t * nb * TILE, dtype=torch.float32)
+        xsp = torch.empty(t * nb * 16 * TILE, dtype=torch.int16)
+        lib.qk_panel(
+            xd.data_ptr(), xq.data_ptr(), xs.data_ptr(), tiled, K, xp.data_ptr(), xdp.data_ptr(), xsp.data_ptr()
+        )
+        for s in segments:
+            out = y.data_ptr() + 4 * s.start
+            lib.qk_gemm_tiles(
+                KINDS[s.kind],
+                s.blocks.data_ptr(),
+                s.rows,
+                K,
+                xp.data_ptr(),
+                xdp.data_ptr(),
+                xsp.data_ptr(),
+                tiled,
+                out,
+                N,
+                threads,
+            )
+    if tiled < m:  # the rest through the 4-row loop, from row `tiled` on
+        o = tiled * nb
+        for s in segments:
+            out = y.data_ptr() + 4 * (tiled * N + s.start)
+            lib.qk_gemm(
+                KINDS[s.kind], s.blocks.data_ptr(), s.rows, K,
+                xd.data_ptr() + 4 * o, xq.data_ptr() + QK * o, xs.data_ptr() + 2 * 16 * o, m - tiled, out, N, threads,
+            )  # fmt: skip
+    return y
+
+
+def quantize_activations(x: torch.Tensor) -> torch.Tensor:
+    """What the kernel multiplies by: ``x`` ([m, K]) quantized and dequantized (float32)."""
+    lib = library()
+    m, K = x.shape
+    x = x.to(torch.float32).contiguous()
+    nb = K // QK
+    xd = torch.empty(m * nb, dtype=torch.float32)
+    xq = torch.empty(m * nb * QK, dtype=torch.int8)
+    xs = torch.empty(m * nb * 16, dtype=torch.int16)
+    lib.qk_quantize(x.data_ptr(), m, K, xd.data_ptr(), xq.data_ptr(), xs.data_ptr(), 1)
+    return (xq.view(m, nb, QK).float() * xd.view(m, nb, 1)).reshape(m, K)

@@ -1,0 +1,106 @@
+"""The GGUF-native kernel (``engine/qk_kernels.py``, ``qk_kernels.c``): blocks decoded as gguf's
+own reader decodes them, activations quantized as stated, products equal to the float64 product
+of the two to float32 rounding, and each row's result independent of the rows beside it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType as QT
+from gguf.quants import dequantize
+
+from stagedspec.engine import qk_kernels as qk
+from tests.helpers import random_gguf_blocks
+
+QTYPES = {"q4_k": QT.Q4_K, "q6_k": QT.Q6_K}
+
+
+def _segment(kind: str, rows: int, cols: int, seed: int = 0, start: int = 0) -> tuple[qk.Segment, np.ndarray]:
+    raw = random_gguf_blocks(kind, rows, cols, seed)
+    return qk.Segment(kind, qk.repack(kind, torch.from_numpy(raw)), start, rows, cols), raw
+
+
+@pytest.mark.parametrize("kind", ["q4_k", "q6_k"])
+def test_repacked_blocks_decode_to_ggufs_own_dequantization_bit_for_bit(kind):
+    seg, raw = _segment(kind, rows=5, cols=768, seed=1)
+    ref = torch.from_numpy(dequantize(raw, QTYPES[kind])).reshape(5, 768)
+    assert torch.isfinite(ref).all() and ref.abs().max() > 0
+    assert torch.equal(qk.dequantize(seg), ref)
+
+
+def test_activations_are_quantized_per_256_columns_as_hand_computed():
+    x = torch.zeros(2, 512)
+    x[0, :3] = torch.tensor([2.0, -1.0, 0.5])  # max 2: scale 2/127, codes 127, -63.5 -> -64 (half to even), 31.75 -> 32
+    x[0, 256] = -0.25  # second block: its own scale, 0.25/127, code -127
+    # x[1]: all zero, a zero scale and zero codes
+    got = qk.quantize_activations(x)
+    s0, s1 = np.float32(2.0) / np.float32(127), np.float32(0.25) / np.float32(127)
+    want = torch.zeros(2, 512)
+    want[0, :3] = torch.tensor([127 * s0, -64 * s0, 32 * s0])
+    want[0, 256] = float(-127 * s1)
+    assert torch.equal(got, want)
+
+
+def _reference(x: torch.Tensor, segs: list[qk.Segment]) -> torch.Tensor:
+    w = torch.cat([qk.dequantize(s) for s in segs]).double()
+    return qk.quantize_activations(x).double() @ w.T
+
+
+def _loops() -> list[int]:
+    return [0, 1] if qk.has_tiles() else [0]  # tiles_from: 0 the 4-row loop, 1 the 16-row tiles throughout
+
+
+@pytest.mark.parametrize("tiles_from", _loops())
+def test_a_product_equals_the_float64_product_of_what_it_multiplies(tiles_from):
+    """Fused parts of two kinds (as the 1.5B's q/k/v with a Q6_K v): the integer sums are exact,
+    only the float32 sums over blocks round (measured ~2e-7 relative)."""
+    a, _ = _segment("q4_k", 48, 512, seed=2)
+    b, _ = _segment("q6_k", 24, 512, seed=3, start=48)
+    x = torch.randn(21, 512, generator=torch.Generator().manual_seed(0))
+    y = qk.matmul(x, [a, b], tiles_from)
+    ref = _reference(x, [a, b])
+    assert y.shape == (21, 72)
+    assert float((y.double() - ref).norm() / ref.norm()) < 2e-6
+
+
+@pytest.mark.parametrize("tiles_from", _loops())
+@pytest.mark.parametrize("kind", ["q4_k", "q6_k"])
+def test_a_rows_result_does_not_depend_on_the_rows_beside_it(kind, tiles_from):
+    seg, _ = _segment(kind, 40, 768, seed=4)
+    x = torch.randn(19, 768, generator=torch.Generator().manual_seed(1))
+    whole = qk.matmul(x, [seg], tiles_from)
+    for lo, hi in [(0, 1), (3, 7), (5, 19), (18, 19)]:
+        assert torch.equal(qk.matmul(x[lo:hi], [seg], tiles_from), whole[lo:hi]), (lo, hi)
+
+
+@pytest.mark.skipif(not qk.has_tiles(), reason="the 16-row tiles need the AVX-512 build")
+def test_tiles_and_the_four_row_loop_differ_by_float_rounding_only():
+    seg, _ = _segment("q4_k", 64, 1024, seed=5)
+    x = torch.randn(16, 1024, generator=torch.Generator().manual_seed(2))
+    rows, tiles = qk.matmul(x, [seg], 0), qk.matmul(x, [seg], 1)
+    assert float((rows - tiles).norm() / rows.norm()) < 1e-6
+
+
+def test_the_scalar_build_computes_the_same_products():
+    """What a CPU without AVX-512 runs: the same integer sums, float sums in another order."""
+    a, _ = _segment("q4_k", 16, 512, seed=6)
+    b, _ = _segment("q6_k", 16, 512, seed=7, start=16)
+    x = torch.randn(5, 512, generator=torch.Generator().manual_seed(3))
+    got, ref = qk.matmul(x, [a, b], scalar=True), _reference(x, [a, b])
+    assert float((got.double() - ref).norm() / ref.norm()) < 2e-6
+
+
+@pytest.mark.parametrize(
+    "m,tiles_from,tiled",
+    [(5, 0, 0), (11, 12, 0), (12, 12, 12), (16, 12, 16), (17, 12, 16), (27, 12, 16), (28, 12, 28), (32, 4, 32)],
+)
+def test_rows_split_between_tiles_and_the_four_row_loop(m, tiles_from, tiled):
+    assert qk.split_rows(m, tiles_from) == tiled
+
+
+def test_the_build_flags_follow_the_cpus_flags():
+    assert qk.compile_flags({"avx2", "fma"}) == []
+    full = {"avx512f", "avx512bw", "avx512vl", "avx512dq", "fma"}
+    assert "-mavx512f" in qk.compile_flags(full) and "-mavx512vnni" not in qk.compile_flags(full)
+    assert "-mavx512vnni" in qk.compile_flags(full | {"avx512_vnni"})
