@@ -123,14 +123,15 @@ def config_hash(args, files: dict[str, Path], methods: list[str] | None = None) 
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-WEIGHT_CHOICES = ("gguf_q4", "dense", "llama_cpp")
+WEIGHT_CHOICES = ("gguf_q4", "dense", "llama_cpp", "gguf_native")
 
 
 def weight_plans(plan, weights: str) -> dict:
     """Name suffix -> kernel plan for each of ``--weights``: gguf_q4 the calibrated plan as it
     is, dense the same plan without its 4-bit rows (the same model object, every GEMM dense),
     llama_cpp the calibrated plan for the draft levels while the target runs on llama.cpp
-    (``llama_cpp_suffix``); with one value the suffix is empty."""
+    (``llama_cpp_suffix``), gguf_native a second target object on its GGUF's own blocks (its
+    plan calibrated for it: ``main`` replaces this one); with one value the suffix is empty."""
     names = _weight_names(weights)
     bad = [w for w in names if w not in WEIGHT_CHOICES]
     if bad or not names:
@@ -247,7 +248,8 @@ def parse_args(argv=None):
         "--weights",
         default="gguf_q4",
         help="our target's weights: gguf_q4 (the GGUF's own 4-bit "
-        "blocks where the kernel plan finds them faster) or dense (--dtype throughout), or both "
+        "blocks where the kernel plan finds them faster), gguf_native (the GGUF's own blocks x int8 activations "
+        "at every row count), llama_cpp (the target on llama.cpp) or dense (--dtype throughout), or several "
         "(gguf_q4,dense: every method of ours twice, interleaved, '@dense' after the dense one's name); "
         "HF's are dense",
     )
@@ -327,6 +329,10 @@ def main(argv=None) -> None:
         hf, skipped, info = hf_methods(args, hf_model, target.name, files, eos)
         ours, skipped_ours = our_methods(target, files, args.k, args.tree or None, args.lower_k)
         skipped.update(skipped_ours)
+    native_suffix = _suffix("gguf_native", _weight_names(args.weights)) if "gguf_native" in args.weights else None
+    if native_suffix is not None:  # a second target object on the GGUF's own blocks, its own plan
+        native = load_model(dataclasses.replace(spec, weights="gguf_native"))
+        native_plan = kernel_plan(native, args.kernels)
     on_llama = llama_cpp_suffix(args.weights)
     llama_kv = None
     if on_llama is not None:  # our methods' target on llama.cpp, over the same GGUF file
@@ -335,7 +341,11 @@ def main(argv=None) -> None:
     methods = {
         **hf,
         **{
-            m + suffix: ours_fn(target, make, sampling, eos, p, kv=llama_kv if suffix == on_llama else None)
+            m + suffix: (
+                ours_fn(native, make, sampling, eos, native_plan)
+                if suffix == native_suffix
+                else ours_fn(target, make, sampling, eos, p, kv=llama_kv if suffix == on_llama else None)
+            )
             for m, make in ours.items()
             for suffix, p in weight_plans(plan, args.weights).items()
         },

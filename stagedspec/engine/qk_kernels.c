@@ -382,7 +382,14 @@ static inline __attribute__((always_inline)) __m512i q6_tile_block(const q6_bloc
     return _mm512_sub_epi32(sumi, _mm512_slli_epi32(off, 5));
 }
 
-#define JB 4 /* weight rows per pass over a tile: each 4 KB activation block is read from L1 JB times */
+#ifndef PREFETCH
+#define PREFETCH 8
+#endif
+/* PREFETCH: blocks ahead (prefetching past a row's end reads the next row's blocks: harmless) */
+#ifndef JB
+#define JB 4
+#endif
+/* JB: weight rows per pass over a tile: each 4 KB activation block is read from L1 JB times */
 
 /* out[jj * TILE + l] for weight rows j0 .. j0 + jn - 1 (jn <= JB) and the tile's 16 rows. */
 static void q4_tile(const q4_block *w, int64_t nb, int jn, const int8_t *xp, const float *xdp, const int16_t *xsp,
@@ -394,6 +401,10 @@ static void q4_tile(const q4_block *w, int64_t nb, int jn, const int8_t *xp, con
         const int8_t *x = xp + b * (QK * TILE);
         const int16_t *bs = xsp + b * (16 * TILE);
         const __m512 dx = _mm512_loadu_ps(xdp + b * TILE);
+        for (int jj = 0; jj < jn; jj++) { /* a few blocks ahead: DRAM latency is longer than a block's work */
+            const char *ahead = (const char *)(w + jj * nb + b + PREFETCH);
+            _mm_prefetch(ahead, _MM_HINT_T0), _mm_prefetch(ahead + 64, _MM_HINT_T0), _mm_prefetch(ahead + 128, _MM_HINT_T0);
+        }
         for (int jj = 0; jj < jn; jj++) q4_unpack(w + jj * nb + b, buf[jj]);  /* all first: no store-to-load stall */
         for (int jj = 0; jj < jn; jj++) {
             const q4_block *blk = w + jj * nb + b;
@@ -415,6 +426,11 @@ static void q6_tile(const q6_block *w, int64_t nb, int jn, const int8_t *xp, con
         const int8_t *x = xp + b * (QK * TILE);
         const int16_t *bs = xsp + b * (16 * TILE);
         const __m512 dx = _mm512_loadu_ps(xdp + b * TILE);
+        for (int jj = 0; jj < jn; jj++) {
+            const char *ahead = (const char *)(w + jj * nb + b + PREFETCH);
+            _mm_prefetch(ahead, _MM_HINT_T0), _mm_prefetch(ahead + 64, _MM_HINT_T0), _mm_prefetch(ahead + 128, _MM_HINT_T0),
+                _mm_prefetch(ahead + 192, _MM_HINT_T0);
+        }
         for (int jj = 0; jj < jn; jj++) q6_unpack(w + jj * nb + b, buf[jj]);
         for (int jj = 0; jj < jn; jj++) {
             const q6_block *blk = w + jj * nb + b;

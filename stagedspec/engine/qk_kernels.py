@@ -78,6 +78,17 @@ def _cache_dir() -> Path:
     return Path(os.environ.get("STAGEDSPEC_CACHE") or "~/.cache/stagedspec").expanduser() / "kernels"
 
 
+def build_flags(scalar: bool = False) -> list[str]:
+    # -ffp-contract=off: a * b + c stays two roundings where the source says so (the dequantized
+    # weights must equal the GGUF reader's, which fuses nothing); the kernels' fused steps are explicit
+    return ["-O3", "-ffp-contract=off", "-fPIC", "-shared", "-fopenmp", *([] if scalar else compile_flags(cpu_flags()))]
+
+
+def build_tag(scalar: bool = False) -> str:
+    """The build's identity: the source and the flags (part of the kernel calibration's key)."""
+    return hashlib.sha256(SOURCE.read_bytes() + " ".join(build_flags(scalar)).encode()).hexdigest()[:16]
+
+
 _LIBS: dict[bool, ctypes.CDLL] = {}
 
 
@@ -90,13 +101,8 @@ def library(scalar: bool = False) -> ctypes.CDLL:
     ``scalar``: the build without machine flags (what a CPU without AVX-512 runs; tests)."""
     if scalar in _LIBS:
         return _LIBS[scalar]
-    machine = [] if scalar else compile_flags(cpu_flags())
-    # -ffp-contract=off: a * b + c stays two roundings where the source says so (the dequantized
-    # weights must equal the GGUF reader's, which fuses nothing); the kernels' fused steps are explicit
-    flags = ["-O3", "-ffp-contract=off", "-fPIC", "-shared", "-fopenmp", *machine]
-    src = SOURCE.read_bytes()
-    tag = hashlib.sha256(src + " ".join(flags).encode()).hexdigest()[:16]
-    out = _cache_dir() / f"qk_kernels-{tag}.so"
+    flags = build_flags(scalar)
+    out = _cache_dir() / f"qk_kernels-{build_tag(scalar)}.so"
     if not out.is_file():
         cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
         if cc is None:
@@ -113,7 +119,7 @@ def library(scalar: bool = False) -> ctypes.CDLL:
             Path(tmp).unlink(missing_ok=True)
             raise KernelBuildError(f"building {SOURCE.name} failed ({' '.join(cmd)}):\n{r.stderr[-2000:]}")
         os.replace(tmp, out)
-        log.info("built %s (%s)", out, " ".join(machine) or "scalar")
+        log.info("built %s (%s)", out, " ".join(flags))
     lib = ctypes.CDLL(str(out))
     P, I, C = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
     lib.qk_repack_q4k.argtypes = [P, I, P]

@@ -34,7 +34,7 @@ from stagedspec.engine.kernels import (
     install,
     native_forward,
 )
-from stagedspec.engine.qk_kernels import TILE, has_tiles, split_rows
+from stagedspec.engine.qk_kernels import TILE, build_tag, has_tiles, split_rows
 from .disk_cache import write_json_atomically
 from .tree_calibration import isotonic
 
@@ -142,6 +142,7 @@ def calibration_key(model: nn.Module, dtype: torch.dtype, threads: int, device: 
         "device": str(device),
         "int4_exact": len(exact_int4_modules(model)),
         "native": len(native_modules(model)),
+        **({"native_kernel": build_tag()} if native_modules(model) else {}),
     }
 
 
