@@ -296,10 +296,19 @@ def main(argv=None) -> None:
         embedded=args.target,
         dtype=args.dtype,
         device=args.device,
-        weights="gguf_q4" if "gguf_q4" in args.weights.split(",") else "dense",
+        weights=next((w for w in ("gguf_q4", "gguf_native") if w in _weight_names(args.weights)), "dense"),
     )
     target = load_model(spec)
-    hf_model = load_model(dataclasses.replace(spec, weights="dense")).model  # untouched: HF's own kernels
+    native = None
+    if "gguf_native" in _weight_names(args.weights):
+        # a second target object on the GGUF's own blocks, its own plan; its dense copy is untouched
+        # (gguf_q4 rounds the 4-bit modules' copy to its kernel's weights): HF's methods run on it
+        native = (
+            target if spec.weights == "gguf_native" else load_model(dataclasses.replace(spec, weights="gguf_native"))
+        )
+    hf_model = (  # untouched: HF's own kernels
+        native.model if native is not None else load_model(dataclasses.replace(spec, weights="dense")).model
+    )
     if args.stride < 1:
         raise SystemExit(f"--stride must be >= 1, got {args.stride}")
     qs = pick_prompts(
@@ -329,10 +338,8 @@ def main(argv=None) -> None:
         hf, skipped, info = hf_methods(args, hf_model, target.name, files, eos)
         ours, skipped_ours = our_methods(target, files, args.k, args.tree or None, args.lower_k)
         skipped.update(skipped_ours)
-    native_suffix = _suffix("gguf_native", _weight_names(args.weights)) if "gguf_native" in args.weights else None
-    if native_suffix is not None:  # a second target object on the GGUF's own blocks, its own plan
-        native = load_model(dataclasses.replace(spec, weights="gguf_native"))
-        native_plan = kernel_plan(native, args.kernels)
+    native_suffix = _suffix("gguf_native", _weight_names(args.weights)) if native is not None else None
+    native_plan = kernel_plan(native, args.kernels) if native is not None else None
     on_llama = llama_cpp_suffix(args.weights)
     llama_kv = None
     if on_llama is not None:  # our methods' target on llama.cpp, over the same GGUF file

@@ -194,8 +194,8 @@ def calibrate(
     t0 = time.perf_counter()
     paths = available_paths(p.dtype, p.device)
     mods = gemm_modules(model)
-    dense = [m for m in mods if not getattr(m, "_stagedspec_native", None)]  # the native kernel takes the rest
-    times = _time_paths(dense, paths, max_rows, reps, p.dtype, p.device) if dense else {}
+    # the dense table even when the native kernel takes every module: draft levels run this plan too
+    times = _time_paths(mods, paths, max_rows, reps, p.dtype, p.device)
     linear = choose_paths(times, max_packs) if times else [PATH_LINEAR] * max_rows
     int4_ms = _time_exact_int4(model, linear, reps)
     int4_rows = next((int(m) - 1 for m, t in int4_ms.items() if t["int4"] >= t["dense"]), len(int4_ms))
@@ -243,13 +243,14 @@ def step_curve(cal: Calibration, plan: KernelChoice) -> tuple[float, ...]:
     pass over all Linear weights through the path the plan takes there (with the 4-bit
     modules' own pass where it takes that), made non-decreasing (``isotonic``: a forward's cost
     does not fall with more rows, so noise in one timing is averaged with its neighbours) and
-    divided by its first value. () when nothing was timed (one path: no choice was made)."""
-    rows = sorted(int(m) for m in cal.times_ms)
-    if not rows or rows[0] != 1:
-        return ()
+    divided by its first value; for a ``native`` plan, its kernel's passes (``native_cost``) at
+    1..``MAX_ROWS`` rows. () when nothing was timed (one path: no choice was made)."""
     if plan.native and cal.native_ms:
         ms = isotonic([native_cost(cal.native_ms, plan.native_tiles_from, m) for m in range(1, MAX_ROWS + 1)])
         return tuple(t / ms[0] for t in ms)
+    rows = sorted(int(m) for m in cal.times_ms)
+    if not rows or rows[0] != 1:
+        return ()
     ms = []
     for m in rows:
         t = cal.times_ms[str(m)][plan.path(m, int4_ok=False)]

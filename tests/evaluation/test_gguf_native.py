@@ -1,0 +1,195 @@
+"""A GGUF's own Q4_K / Q6_K blocks as the target's weights at every row count
+(``target.weights=gguf_native``): attached only where they reproduce the dense weight, a
+target on them decoding speculatively to its own plain decoding's tokens, and sampling its
+own distribution (chi-square, with a mutant that changes only the verification's rows)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from stagedspec.engine import kernels
+from stagedspec.engine import qk_kernels as qk
+from stagedspec.engine.decoding import SpeculativeDecoder
+from stagedspec.engine.kernels import KernelChoice
+from stagedspec.engine.sampling import SamplingConfig
+from stagedspec.models import gguf_native
+from stagedspec.models.model_loading import ModelSpec, load_model
+from tests import oracles
+from tests.helpers import random_gguf_blocks
+from tests.oracles import N_NEW, tiny_prompts
+
+TILES = [0, 4] if qk.has_tiles() else [0]
+"""native_tiles_from: 0 the 4-row loop at every row count; 4 the 16-row tiles from 4 rows."""
+
+
+def native_plan(tiles_from: int = 0) -> KernelChoice:
+    return KernelChoice(
+        name="native",
+        linear=("linear",) * 8,
+        gqa_packing=True,
+        slot_cache=True,
+        lean_layers=True,
+        native=True,
+        native_tiles_from=tiles_from,
+    )
+
+
+Q6_PARTS = ("v_proj", "down_proj", "lm_head")
+"""Parts stored as Q6_K, as in Qwen2.5-Coder-1.5B's Q4_K_M file (some v and down, the head)."""
+
+
+def _native_target(seed: int = 0, vocab: int = 128, size: float = 0.05, layers: int = 2):
+    """A tiny float32 Llama of width 256 (one Q4_K / Q6_K block per row of most weights) whose
+    Linear weights are random GGUF blocks' values, and those blocks."""
+    t = load_model(
+        ModelSpec(
+            source="tiny",
+            seed=seed,
+            tiny={
+                "vocab_size": vocab,
+                "num_hidden_layers": layers,
+                "hidden_size": 256,
+                "intermediate_size": 512,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+            },
+        )
+    )
+    blocks: dict[str, torch.Tensor] = {}
+    with torch.no_grad():
+        for i, (name, mod) in enumerate(t.model.named_modules()):
+            if isinstance(mod, torch.nn.Linear):
+                kind = "q6_k" if name.endswith(Q6_PARTS) else "q4_k"
+                raw = torch.from_numpy(random_gguf_blocks(kind, *mod.weight.shape, seed=100 * seed + i, size=size))
+                seg = qk.Segment(kind, qk.repack(kind, raw), 0, *mod.weight.shape)
+                mod.weight.copy_(qk.dequantize(seg))
+                blocks[f"{kind}:{name}"] = raw
+    return t, blocks
+
+
+def test_attach_gives_blocks_to_every_gemm_module_whose_blocks_reproduce_its_weight():
+    t, blocks = _native_target()
+    bad = "q4_k:model.layers.1.mlp.gate_proj"
+    wrong = blocks.copy()
+    wrong[bad] = blocks[bad].roll(1, 0)  # another row's blocks: values differ
+    assert gguf_native.attach(t.model, wrong) == (8, 1)
+    parts = kernels.gemm_module_parts(t.model)
+    held = {"+".join(n) for m, n in parts if getattr(m, "_stagedspec_native", None)}
+    assert len(parts) == 9 and "model.layers.1.mlp.gate_proj+model.layers.1.mlp.up_proj" not in held
+    assert "lm_head" in held and "model.layers.0.mlp.down_proj" in held
+    qkv = next(m for m, n in parts if n[0] == "model.layers.0.self_attn.q_proj")
+    assert [(s.kind, s.start, s.rows) for s in qkv._stagedspec_native] == [
+        ("q4_k", 0, 256),
+        ("q4_k", 256, 128),
+        ("q6_k", 384, 128),
+    ]
+    named = dict(t.model.named_modules())
+    assert named["model.layers.0.self_attn.v_proj"]._stagedspec_native[0].start == 0  # each part on its own too
+    assert not getattr(named["model.layers.1.mlp.up_proj"], "_stagedspec_native", None)
+
+
+@pytest.mark.parametrize("tiles_from", TILES)
+def test_speculative_greedy_output_of_a_native_target_is_its_own_plain_decodings(tiles_from, monkeypatch):
+    """Plain decoding (one row a step) and speculative decoding (verifications of 4 rows) through
+    the native kernel give the same tokens; the kernel is what runs, and it is not the dense
+    model (int8 activations: logits ~1e-2 apart)."""
+    from stagedspec.drafters import ModelDrafter
+
+    from tests.helpers import other_small
+
+    t, blocks = _native_target()
+    assert gguf_native.attach(t.model, blocks) == (9, 0)
+    tokens: list[int] = []  # new tokens per sequence of each native product
+    real = kernels.native_forward
+    monkeypatch.setattr(kernels, "native_forward", lambda m, x, tf: tokens.append(x.shape[-2]) or real(m, x, tf))
+    plan = native_plan(tiles_from)
+    prompts = tiny_prompts(3)
+    plain = SpeculativeDecoder(t.model, None, SamplingConfig(), plan=plan).generate(prompts, N_NEW).sequences
+    spec = SpeculativeDecoder(t.model, ModelDrafter(other_small(t.vocab_size), k=3), SamplingConfig(), plan=plan)
+    assert [s.output_ids for s in spec.generate(prompts, N_NEW).sequences] == [s.output_ids for s in plain]
+    assert tokens.count(4) > 50 and tokens.count(1) > 50  # verifications of k + 1 = 4, plain steps
+    ids = torch.tensor([[5, 17, 99, 3, 64, 7]])
+    with torch.no_grad():
+        dense = t.model(ids).logits
+        with plan.active():
+            native = t.model(ids).logits
+    err = float((native - dense).norm() / dense.norm())
+    assert 1e-4 < err < 5e-2, err
+
+
+def test_a_native_targets_step_reads_its_blocks_bytes_instead_of_the_dense_weights():
+    from stagedspec.evaluation.bench_machine import step_bytes
+
+    t, blocks = _native_target(seed=1)
+    gguf_native.attach(t.model, blocks)
+    dense = step_bytes(t.model)
+    # per layer q 256x256, k/v 128x256, o 256x256, gate/up 512x256, down 256x512 (Q6_K: v, down); head 128x256 (Q6_K)
+    q4 = [(256, 256), (128, 256), (256, 256), (512, 256), (512, 256)] * 2
+    q6 = [(128, 256), (256, 512)] * 2 + [(128, 256)]
+    saved = sum(o * i * 4 - o * i // 256 * 152 for o, i in q4) + sum(o * i * 4 - o * i // 256 * 212 for o, i in q6)
+    assert step_bytes(t.model, plan=native_plan()) == dense - saved
+    assert step_bytes(t.model, plan=KernelChoice(name="dense", linear=("linear",) * 8)) == dense
+
+
+@pytest.mark.parametrize(
+    "spec,match",
+    [
+        (dict(source="tiny", weights="native"), r"unknown weights 'native'; valid: \[.*'gguf_native'\]"),
+        (dict(source="tiny", weights="gguf_native"), r"weights='gguf_native'.*source 'tiny'.*set weights=dense"),
+    ],
+)
+def test_bad_native_weights_are_refused_before_loading(spec, match):
+    with pytest.raises(ValueError, match=match):
+        ModelSpec(**spec).validate()
+
+
+# --------------------------------------------------------------------------- sampled output
+def _native_chi2(monkeypatch, tiles_from: int):
+    """The chi-square set-up of ``oracles.statistics`` (8-token vocabulary, a 1-layer draft) with
+    a target of width 256 on random blocks (its logits peaked enough to accept and reject often);
+    the exact joints from the target's own one-row forwards through the native plan."""
+    from stagedspec.models.model_loading import truncated_copy
+
+    target, blocks = _native_target(vocab=oracles.V, size=0.25, seed=2)
+    assert gguf_native.attach(target.model, blocks) == (9, 0)
+    draft = truncated_copy(target, 1).model
+    plan = native_plan(tiles_from)
+    monkeypatch.setattr(oracles, "chi2_models", lambda: (target, draft))
+    exact = oracles.exact_pairs.__wrapped__
+
+    def exact_native(cfg):
+        with plan.active():
+            return exact(cfg)
+
+    monkeypatch.setattr(oracles, "exact_pairs", exact_native)
+    return draft, plan
+
+
+def _stats(draft, plan):
+    from stagedspec.drafters import ModelDrafter
+
+    return oracles.statistics(lambda: ModelDrafter(draft, k=3), oracles.T1, n=oracles.N, plan=plan)
+
+
+def test_sampled_output_of_a_native_target_has_its_own_distribution(monkeypatch):
+    """Chi-square (same N, alpha and critical values as ``test_sampling_exact``) of a draft
+    speculating for a target whose every GEMM runs the native kernel (16-row tiles for the
+    verifications where the build has them). Measured chi2 (tokens 1-2 / 3-4): 69.3 (df 61) /
+    60.8 (df 63) against critical values 113.8 / 116.5 (AVX-512 build, 2026-12-06)."""
+    draft, plan = _native_chi2(monkeypatch, TILES[-1])
+    for pair, stat, df, crit in _stats(draft, plan):
+        assert stat < crit, f"{pair}: chi2={stat:.1f} df={df} crit={crit:.1f}"
+
+
+def test_a_verification_computing_other_logits_than_plain_decoding_is_caught(monkeypatch):
+    """Power: the products of the verifications' forwards (2-4 new tokens a sequence) scaled by
+    1.1, so the target that accepts and resamples is not the one the exact joints (forwards of
+    5-8 tokens) and plain steps (1 token) compute. Measured chi2: 162.6 / 95.6."""
+    draft, plan = _native_chi2(monkeypatch, TILES[-1])
+    real = kernels.native_forward
+    monkeypatch.setattr(
+        kernels, "native_forward", lambda m, x, tf: real(m, x, tf) * (1.1 if 1 < x.shape[-2] < 5 else 1.0)
+    )
+    stats = _stats(draft, plan)
+    assert any(stat > crit for _, stat, _, crit in stats), stats
