@@ -30,9 +30,9 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
 SOURCES = {
-    "peers": "docs/peers/v11-amd-humaneval-t0/results.json",
-    "llama_cpp": "docs/peers/v11-amd-llama-cpp-humaneval-t0.json",
-    "step_curve": "docs/bench/step-curve-2026-12-06-amd.json",
+    "peers": "docs/peers/v12-amd-humaneval-t0/results.json",
+    "llama_cpp": "docs/peers/v12-amd-llama-cpp-humaneval-t0.json",
+    "step_curve": "docs/bench/step-curve-2026-12-06-amd-native.json",
     "main_command": "docs/main-command/2026-12-06-amd",
     "paper": "docs/paper/2026-12-06",
 }
@@ -47,6 +47,8 @@ LOOKUP = "copy:16:3"
 SMALL = "q4:12:50:2"
 ON_LLAMA = "@llama_cpp"
 """The suffix of our methods whose target ran on llama.cpp (``peers.py --weights gguf_q4,llama_cpp``)."""
+NATIVE = "@gguf_native"
+"""The suffix of our methods whose target ran on its GGUF's own blocks (``--weights ...,gguf_native``)."""
 
 
 def _load(name: str, root: Path = ROOT):
@@ -88,8 +90,7 @@ def render_results(root: Path = ROOT) -> str:
     draft_mode = next(m for m in cpp if m.startswith("draft-simple"))
     cpp_best_mode = max(cpp, key=cpp.get)
     bw = results["physical"]["bandwidth_bytes_per_s"]
-
-    decode = all(ours[m].get("decode_tokens_per_s") for m in ours if not m.startswith("hf"))
+    backends = ("", NATIVE, ON_LLAMA)  # torch's 4-bit path, the GGUF-native kernel, llama.cpp
 
     def tps(m):
         return ours[m].get("decode_tokens_per_s") or ours[m]["tokens_per_s"]
@@ -97,19 +98,13 @@ def render_results(root: Path = ROOT) -> str:
     def call_ms(m):
         return 1000 * ours[m]["s_per_target_call"]
 
-    def per_call(m):
-        return ours[m]["tokens_per_call"]
-
-    def pair(m, fmt):
-        """The method on torch / on llama.cpp."""
-        return f"{fmt(m)} / {fmt(m + ON_LLAMA)}"
+    def cells(m, fmt):
+        return " / ".join(fmt(m + b) for b in backends)
 
     def row(label, m, bold=False):
-        rates = pair(m, lambda x: f"{tps(x):.1f}")
-        return (
-            f"| {label} | {f'**{rates}**' if bold else rates} | {pair(m, lambda x: f'{per_call(x):.2f}')} | "
-            f"{pair(m, lambda x: f'{call_ms(x):.0f}')} |"
-        )
+        rates = cells(m, lambda x: f"{tps(x):.1f}")
+        calls = cells(m, lambda x: f"{ours[x]['tokens_per_call']:.2f}")
+        return f"| {label} | {f'**{rates}**' if bold else rates} | {calls} | {cells(m, lambda x: f'{call_ms(x):.0f}')} |"
 
     plain_cpp_ms = 1000 / cpp["plain"]
     lines = [
@@ -125,37 +120,31 @@ def render_results(root: Path = ROOT) -> str:
         row(f"ours, 4-bit 0.5B → target (`{SMALL}`)", SMALL),
         row(f"**ours, staged default** (`{STAGED}`)", STAGED, bold=True),
     ]
-    best_two = max((LOOKUP + ON_LLAMA, SMALL + ON_LLAMA), key=tps)
-    best_torch = max((LOOKUP, SMALL), key=tps)
-    gguf_mb = curve["bytes"]["llama_cpp"] / 1e6
-    t = {(w, n): step_ms(curve, w, n) for w in ("gguf_q4", "llama_cpp") for n in (1, 4, 16)}
-    differ = {m: ours[m + ON_LLAMA]["differing_outputs"] for m in ("ar", LOOKUP, SMALL, STAGED)}
+    t = {(w, n): step_ms(curve, w, n) for w in ("gguf_q4", "gguf_native", "llama_cpp") for n in (1, 4, 16)}
+    native_mb = curve["bytes"]["gguf_native"] / 1e6
+    staged = ", ".join(
+        f"{name} {tps(STAGED + b):.1f} ({_x(tps(STAGED + b), max(tps(LOOKUP + b), tps(SMALL + b)))} its best two-level "
+        f"ablation there, {_x(tps(STAGED + b), cpp[cpp_best_mode])} llama.cpp's best)"
+        for name, b in zip(("4-bit", "native", "on llama.cpp"), backends)
+    )
+    differ = {b: [ours[m + b]["differing_outputs"] for m in ("ar", LOOKUP, SMALL, STAGED)] for b in backends}
     lines += [
         "",
-        "- Each cell: the target on torch's 4-bit path / on llama.cpp (`target.backend=llama_cpp`); the draft "
-        "levels run on torch in both.",
-        "- tokens/s: "
-        + (
-            "ours and llama.cpp's decode only (the prefill left out); HF's `generate` timed whole, prefill included."
-            if decode
-            else "ours and HF's timed whole, prefill included (this run predates the prefill's record); llama.cpp's "
-            "decode only, which favours llama.cpp."
-        ),
-        f"- Our plain step on llama.cpp: {call_ms('ar' + ON_LLAMA):.0f} ms, {_x(call_ms('ar' + ON_LLAMA), plain_cpp_ms)} "
-        f"llama.cpp's own {plain_cpp_ms:.0f} ms and {_x(call_ms('ar' + ON_LLAMA), 1000 * curve['bytes']['llama_cpp'] / bw)} "
-        f"the read floor of the GGUF's {gguf_mb:.0f} MB at {bw / 1e9:.1f} GB/s; on torch {call_ms('ar'):.0f} ms.",
-        f"- One forward ([step curve]({SOURCES['step_curve'].replace('.json', '.md')}), medians): llama.cpp T(1) "
-        f"{t['llama_cpp', 1]:.0f}, T(4) {t['llama_cpp', 4]:.0f}, T(16) {t['llama_cpp', 16]:.0f} ms; torch 4-bit "
+        "- Each cell: the target on torch's 4-bit path (`target.weights=gguf_q4`, the default) / on the GGUF-native "
+        "kernel (`target.weights=gguf_native`) / on llama.cpp (`target.backend=llama_cpp`); draft levels on torch.",
+        "- tokens/s: ours and llama.cpp's decode only (the prefill left out); HF's `generate` timed whole, prefill included.",
+        f"- Our plain step: native {call_ms('ar' + NATIVE):.0f} ms, {_x(call_ms('ar' + NATIVE), plain_cpp_ms)} llama.cpp's "
+        f"own {plain_cpp_ms:.0f} ms and {_x(call_ms('ar' + NATIVE), 1000 * curve['bytes']['gguf_native'] / bw)} the read "
+        f"floor of its {native_mb:.0f} MB at {bw / 1e9:.1f} GB/s; on llama.cpp {call_ms('ar' + ON_LLAMA):.0f} ms; "
+        f"4-bit {call_ms('ar'):.0f} ms.",
+        f"- One forward ([step curve]({SOURCES['step_curve'].replace('.json', '.md')}), medians), T(1) / T(4) / T(16): "
+        f"llama.cpp {t['llama_cpp', 1]:.0f} / {t['llama_cpp', 4]:.0f} / {t['llama_cpp', 16]:.0f} ms, native "
+        f"{t['gguf_native', 1]:.0f} / {t['gguf_native', 4]:.0f} / {t['gguf_native', 16]:.0f}, 4-bit "
         f"{t['gguf_q4', 1]:.0f} / {t['gguf_q4', 4]:.0f} / {t['gguf_q4', 16]:.0f}.",
-        f"- The staged default on torch: {tps(STAGED):.1f} tok/s (with the fixed rule, `{RULE}`, "
-        f"{tps(RULE):.1f}), {_x(tps(STAGED), tps(best_torch))} its best "
-        f"two-level ablation (`{best_torch}`), {_x(tps(STAGED), cpp[cpp_best_mode])} llama.cpp's best "
-        f"(`{cpp_best_mode}`, {cpp[cpp_best_mode]:.1f}); on llama.cpp {tps(STAGED + ON_LLAMA):.1f} "
-        f"({_x(tps(STAGED + ON_LLAMA), tps(best_two))} its best two-level ablation there): its verifications "
-        f"carry up to 25 rows, and llama.cpp's T(16) is {_x(t['llama_cpp', 16], t['gguf_q4', 16])} torch's.",
-        "- Outputs on llama.cpp that differ from HF bf16 greedy (of "
-        f"{ours['ar' + ON_LLAMA]['prompts']}): plain {differ['ar']}, lookup {differ[LOOKUP]}, 0.5B {differ[SMALL]}, "
-        f"staged {differ[STAGED]} (different weights and rounding: the file's own blocks, 8-bit activations).",
+        f"- The staged default: {staged}; llama.cpp's best is `{cpp_best_mode}` ({cpp[cpp_best_mode]:.1f}).",
+        f"- Outputs that differ from HF bf16 greedy (of {ours['ar']['prompts']}; plain, lookup, 0.5B, staged): "
+        + "; ".join(f"{n} {', '.join(map(str, differ[b]))}" for n, b in zip(("4-bit", "native", "llama.cpp"), backends))
+        + " (the last two: the file's own blocks, 8-bit activations).",
     ]
     return "\n".join(lines)
 

@@ -11,7 +11,9 @@ its 4-bit rows (every GEMM dense: what ``weights=dense`` runs), on one model obj
 them, each plan's bytes of weights per 1-row step and the read bandwidth probed before and
 after (the read floor: bytes / bandwidth). ``--llama-cpp``: a third column set, the same
 forwards on llama.cpp over the same GGUF file (``target.backend=llama_cpp``; the file's own
-blocks, every tensor in its stored type), interleaved with the others.
+blocks, every tensor in its stored type), interleaved with the others. ``--native``: another, the
+target on its GGUF's own blocks with int8 activations (``target.weights=gguf_native``, a second model
+object, its plan calibrated for it).
 """
 
 from __future__ import annotations
