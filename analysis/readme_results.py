@@ -104,7 +104,9 @@ def render_results(root: Path = ROOT) -> str:
     def row(label, m, bold=False):
         rates = cells(m, lambda x: f"{tps(x):.1f}")
         calls = cells(m, lambda x: f"{ours[x]['tokens_per_call']:.2f}")
-        return f"| {label} | {f'**{rates}**' if bold else rates} | {calls} | {cells(m, lambda x: f'{call_ms(x):.0f}')} |"
+        return (
+            f"| {label} | {f'**{rates}**' if bold else rates} | {calls} | {cells(m, lambda x: f'{call_ms(x):.0f}')} |"
+        )
 
     plain_cpp_ms = 1000 / cpp["plain"]
     lines = [

@@ -111,11 +111,10 @@ class KernelChoice:
     ``target.weights=gguf_native``) multiply by those blocks with int8 activations at every row
     count, prefill included (``qk_kernels.py``: llama.cpp's arithmetic): one function of the file's
     own weights however many rows a forward has. Other modules keep the table's path."""
-    native_tiles_from: int = 0
-    """With ``native``: forwards of this many rows or more run whole groups of 16 rows through
-    the 16-rows-in-lanes loop and a remainder of fewer than this many rows through the 4-row loop
-    (``qk_kernels.split_rows``); 0: the 4-row loop always. The two sum the same exact integers in
-    another float order (~1e-7 relative apart)."""
+    native_cols_from: int = 0
+    """With ``native``: forwards of this many rows or more run the kernel's ``cols`` loop (16
+    weight rows in the lanes, 8 activation rows at a time), fewer its 4-row loop; 0: the 4-row
+    loop always. The two sum the same exact integers in another float order (~1e-7 relative)."""
 
     step_curve: tuple[float, ...] = ()
     """T(n) / T(1) of this plan's GEMMs for n = 1..the calibrated row counts, from the
@@ -170,7 +169,7 @@ class KernelChoice:
         if self.long_path != PATH_LINEAR:
             runs.append(f"{len(self.linear) + 1}+ {self.long_path}")
         own = "the file's own " if self.int4_exact else ""
-        tiles = f" (16-row tiles from {self.native_tiles_from})" if self.native_tiles_from else ""
+        cols = f" (its cols loop from {self.native_cols_from} rows)" if self.native_cols_from else ""
         extras = [
             x
             for x, on in (
@@ -178,7 +177,7 @@ class KernelChoice:
                 ("slot cache", self.slot_cache),
                 ("lean layers", self.lean_layers),
                 (f"{own}4-bit weights at 1-{self.int4_rows} rows", self.int4_rows),
-                (f"the GGUF's own blocks x int8 activations at every row count{tiles}", self.native),
+                (f"the GGUF's own blocks x int8 activations at every row count{cols}", self.native),
             )
             if on
         ]
@@ -260,10 +259,10 @@ def int4_allowed(module: nn.Linear, plan: KernelChoice) -> bool:
     return int4_fits(module)
 
 
-def native_forward(module: nn.Linear, x: torch.Tensor, tiles_from: int) -> torch.Tensor:
+def native_forward(module: nn.Linear, x: torch.Tensor, cols_from: int) -> torch.Tensor:
     """``x @ W.T + b`` through the module's GGUF blocks (``qk_kernels.matmul``), in x's dtype."""
     m = _rows(x)
-    y = qk_matmul(x.reshape(m, x.shape[-1]), module._stagedspec_native, tiles_from).to(x.dtype)
+    y = qk_matmul(x.reshape(m, x.shape[-1]), module._stagedspec_native, cols_from).to(x.dtype)
     if module.bias is not None:
         y = y + module.bias
     return y.reshape(*x.shape[:-1], y.shape[-1])
@@ -272,7 +271,7 @@ def native_forward(module: nn.Linear, x: torch.Tensor, tiles_from: int) -> torch
 def _dispatch_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     plan = _ACTIVE
     if plan is not None and plan.native and getattr(self, "_stagedspec_native", None):
-        return native_forward(self, x, plan.native_tiles_from)
+        return native_forward(self, x, plan.native_cols_from)
     if plan is None or not (plan.linear or plan.int4_rows):
         return F.linear(x, self.weight, self.bias)
     return apply_path(self, plan.path(_rows(x), not plan.int4_rows or int4_allowed(self, plan)), x)

@@ -12,12 +12,13 @@
  * the same instructions in the same order whatever the number of rows n, so a row's result
  * does not depend on how many rows come with it: bitwise, not just up to rounding.
  *
- * Speed: the weights are unpacked once per block and used for up to ROWS activation rows
- * (llama.cpp's CPU backend unpacks them once per (row, column) dot product), so a verification
- * of n rows reads the weights once and pays only the integer dot products for more rows.
- * AVX-512 (BW, VL, VNNI not needed) where the compiler is told the CPU has it; a scalar loop of
- * the same arithmetic otherwise (the integer parts are exact, so both give the same int32 sums;
- * the float sums may differ in order between the two builds, never within one).
+ * Speed: two loops. ``rows`` unpacks a weight block once and multiplies it with up to 4 activation
+ * rows (llama.cpp's CPU backend unpacks it once per (row, column) dot product): the one-row step is a
+ * read of the blocks. ``cols`` (AVX-512 VNNI builds) holds 16 weight rows' codes side by side in the
+ * lanes (a second copy of the weights in that layout, qk_cols_*), broadcasts 4 activations of a row
+ * into one vpdpbusd and carries 8 activation rows at a time, so an extra row costs its integer dot
+ * products and little else. Both sum the same exact integers; their float sums differ in order.
+ * A scalar loop of the same arithmetic runs where the compiler is told of no AVX-512.
  *
  * The weights are repacked once at load into layouts made for the unpacking below
  * (qk_repack_q4k, qk_repack_q6k): element 64c + p of a block is byte p of chunk c. */
@@ -297,189 +298,184 @@ static inline __attribute__((always_inline)) void q6_rows(const q6_block *w, int
     }
     for (int r = 0; r < R; r++) y[(r0 + r) * ldy + j] = hsum(acc[r]);
 }
-/* ---- rows in lanes: 16 activation rows side by side, for many rows.
- * The panel holds, per tile of 16 rows and block b: the int8 activations as [64 quads][16 rows][4],
- * dx as [16] and the sums of 16 activations as [8 pairs of groups][16 rows][2] (int16). A weight's
- * 4 consecutive codes are broadcast and multiplied with 16 rows' 4 activations in one vpdpbusd-style
- * step (maddubs + madd with ones without VNNI), so the work per extra row is the integer dot product
- * alone. Per (row, column) each block's integer sums are exact and the float sums run in block order:
- *   acc = fma(float(sumi), d * dx, acc); acc = fma(float(summ), -dmin * dx, acc)    (Q4_K)
- *   acc = fma(float(sumi), d * dx, acc)                                           (Q6_K)
- */
-#define TILE 16
-static inline __m512i dot4(__m512i acc, int32_t w4, const int8_t *x) {
+
+/* ---- weight rows in lanes (the ``cols`` loop, for many rows): 16 weight rows' codes side by side, activations broadcast.
+ * Layout per panel of 16 weight rows and block b (q4 kind):
+ *   float d[16], dmin[16]; int32 sc[8][16] (as int32: mullo operand); int16 m[4][16][2];
+ *   uint8 qs[32][64]: 64-byte unit u holds quads 2u (low nibbles) and 2u + 1 (high): byte 4j + i of a
+ *   quad's register = code of weight row j, column 4 * quad + i.
+ * q6 kind: float d[16]; int32 sc[16][16]; int16 scp[8][16][2]; uint8 u[64][64] (one byte a code). */
+typedef struct {
+    float d[16], dmin[16];
+    int32_t sc[8][16];
+    int16_t m[4][16][2];
+    uint8_t qs[32][64];
+} q4_col;  /* 128 + 512 + 256 + 2048 */
+
+typedef struct {
+    float d[16];
+    int32_t sc[16][16];
+    int16_t scp[8][16][2];
+    uint8_t u[64][64];
+} q6_col;
+
+int qk_q4_col_bytes(void) { return (int)sizeof(q4_col); }
+int qk_q6_col_bytes(void) { return (int)sizeof(q6_col); }
+
+static inline int q4_code(const q4_block *w, int e) {
+    int c = e / 64, p = e % 64;
+    return p < 32 ? (w->qs[32 * c + p] & 0xF) : (w->qs[32 * c + p - 32] >> 4);
+}
+
+/* rows-layout blocks (N rows x nb) -> panels (ceil(N / 16) x nb); rows past N are zero. */
+void qk_cols_q4(const q4_block *w, int64_t N, int64_t nb, q4_col *out) {
+    const int64_t panels = (N + 15) / 16;
+    memset(out, 0, (size_t)(panels * nb) * sizeof(q4_col));
+    for (int64_t j = 0; j < N; j++)
+        for (int64_t b = 0; b < nb; b++) {
+            const q4_block *x = w + j * nb + b;
+            q4_col *o = out + (j / 16) * nb + b;
+            const int l = (int)(j % 16);
+            o->d[l] = x->d, o->dmin[l] = x->dmin;
+            for (int s = 0; s < 8; s++) o->sc[s][l] = x->sc[s];
+            for (int p = 0; p < 4; p++) o->m[p][l][0] = x->m[2 * p], o->m[p][l][1] = x->m[2 * p + 1];
+            for (int q = 0; q < 64; q++)
+                for (int i = 0; i < 4; i++) {
+                    const int code = q4_code(x, 4 * q + i);
+                    o->qs[q / 2][4 * l + i] |= (uint8_t)(code << (q % 2 ? 4 : 0));
+                }
+        }
+}
+
+void qk_cols_q6(const q6_block *w, int64_t N, int64_t nb, q6_col *out) {
+    const int64_t panels = (N + 15) / 16;
+    memset(out, 0, (size_t)(panels * nb) * sizeof(q6_col));
+    for (int64_t j = 0; j < N; j++)
+        for (int64_t b = 0; b < nb; b++) {
+            const q6_block *x = w + j * nb + b;
+            q6_col *o = out + (j / 16) * nb + b;
+            const int l = (int)(j % 16);
+            o->d[l] = x->d;
+            for (int g = 0; g < 16; g++) o->sc[g][l] = x->sc[g];
+            for (int p = 0; p < 8; p++) o->scp[p][l][0] = x->sc[2 * p], o->scp[p][l][1] = x->sc[2 * p + 1];
+            for (int q = 0; q < 64; q++)
+                for (int i = 0; i < 4; i++) o->u[q][4 * l + i] = (uint8_t)q6_code(x, 4 * q + i);
+        }
+}
+
+/* acc + the 4-byte dot products of unsigned codes w and a row's 4 signed activations, broadcast
+ * (vpdpbusd where the CPU has VNNI; vpmaddubsw + vpmaddwd otherwise) */
+static inline __m512i vnni(__m512i acc, __m512i w, int32_t x4) {
 #ifdef __AVX512VNNI__
-    return _mm512_dpbusd_epi32(acc, _mm512_set1_epi32(w4), _mm512_loadu_si512(x));
+    return _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(x4));
 #else
-    const __m512i p = _mm512_maddubs_epi16(_mm512_set1_epi32(w4), _mm512_loadu_si512(x));
+    const __m512i p = _mm512_maddubs_epi16(w, _mm512_set1_epi32(x4));
     return _mm512_add_epi32(acc, _mm512_madd_epi16(p, _mm512_set1_epi16(1)));
 #endif
 }
 
-/* One weight block against the 16 rows of one tile's block: returns the rows' exact integer sums
- * (Q4_K also its min sums in *summ), as described above. */
-static inline __attribute__((always_inline)) void q4_unpack(const q4_block *blk, uint8_t *buf) {
-    const __m256i nib = _mm256_set1_epi8(0x0F);
-    for (int c = 0; c < 4; c++) {
-        const __m256i q = _mm256_loadu_si256((const __m256i *)(blk->qs + 32 * c));
-        _mm256_store_si256((__m256i *)(buf + 64 * c), _mm256_and_si256(q, nib));
-        _mm256_store_si256((__m256i *)(buf + 64 * c + 32), _mm256_and_si256(_mm256_srli_epi16(q, 4), nib));
-    }
-}
+#define RB 8 /* activation rows per pass over a panel */
 
-static inline __attribute__((always_inline)) __m512i q4_tile_block(const q4_block *blk, const uint8_t *buf,
-                                                                    const int8_t *x, const int16_t *bs, __m512i *summ) {
-    __m512i t[8], sumi = _mm512_setzero_si512();  /* one accumulator per group: 8 independent chains */
-    for (int s = 0; s < 8; s++) t[s] = _mm512_setzero_si512();
-    for (int q = 0; q < 8; q++)
+static inline __attribute__((always_inline)) void q4_cols_rows(const q4_col *w, int64_t nb, const float *xd,
+                                                                const int8_t *xq, const int16_t *xs, int64_t r0,
+                                                                int R, __m512 *facc) {
+    const __m512i nib = _mm512_set1_epi8(0x0F);
+    for (int r = 0; r < R; r++) facc[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const q4_col *p = w + b;
+        __m512i iacc[RB];
+        for (int r = 0; r < R; r++) iacc[r] = _mm512_setzero_si512();
         for (int s = 0; s < 8; s++) {
-            int32_t w4;
-            memcpy(&w4, buf + 32 * s + 4 * q, 4);
-            t[s] = dot4(t[s], w4, x + (8 * s + q) * 64);
-        }
-    for (int s = 0; s < 8; s++) sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(t[s], _mm512_set1_epi32(blk->sc[s])));
-    __m512i m = _mm512_setzero_si512();
-    for (int g = 0; g < 8; g++) /* groups of 16 activations 2g, 2g + 1: group g of 32 */
-        m = _mm512_add_epi32(m, _mm512_madd_epi16(_mm512_loadu_si512(bs + 32 * g), _mm512_set1_epi16((int16_t)blk->m[g])));
-    *summ = m;
-    return sumi;
-}
-
-static inline __attribute__((always_inline)) void q6_unpack(const q6_block *blk, uint8_t *buf) {
-    const __m256i nib = _mm256_set1_epi8(0x0F);
-    const __m512i three = _mm512_set1_epi8(3);
-    const __m512i shifts = _mm512_set_epi16(6,6,6,6,6,6,6,6, 4,4,4,4,4,4,4,4, 2,2,2,2,2,2,2,2, 0,0,0,0,0,0,0,0);
-    for (int c = 0; c < 4; c++) {
-        const __m256i q = _mm256_loadu_si256((const __m256i *)(blk->lo + 32 * c));
-        const __m512i low = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(q, nib)),
-                                               _mm256_and_si256(_mm256_srli_epi16(q, 4), nib), 1);
-        const __m512i h = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(blk->hi + 16 * c)));
-        const __m512i high = _mm512_and_si512(_mm512_srlv_epi16(h, shifts), three);
-        _mm512_store_si512((__m512i *)(buf + 64 * c), _mm512_or_si512(low, _mm512_slli_epi16(high, 4)));
-    }
-}
-
-static inline __attribute__((always_inline)) __m512i q6_tile_block(const q6_block *blk, const uint8_t *buf,
-                                                                    const int8_t *x, const int16_t *bs) {
-    __m512i sumi = _mm512_setzero_si512(), off = _mm512_setzero_si512();
-    for (int half = 0; half < 2; half++) {  /* 8 groups at a time: 8 independent chains */
-        __m512i t[8];
-        for (int g = 0; g < 8; g++) t[g] = _mm512_setzero_si512();
-        for (int q = 0; q < 4; q++)
-            for (int g = 0; g < 8; g++) {
-                const int G = 8 * half + g;
-                int32_t w4;
-                memcpy(&w4, buf + 16 * G + 4 * q, 4);
-                t[g] = dot4(t[g], w4, x + (4 * G + q) * 64);
+            __m512i t[RB];
+            for (int r = 0; r < R; r++) t[r] = _mm512_setzero_si512();
+            for (int u = 0; u < 4; u++) {
+                const __m512i v = _mm512_loadu_si512(p->qs[4 * s + u]);
+                const __m512i w0 = _mm512_and_si512(v, nib), w1 = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+                const int q0 = 8 * s + 2 * u;
+                for (int r = 0; r < R; r++) {
+                    const int8_t *x = xq + ((r0 + r) * nb + b) * QK + 4 * q0;
+                    int32_t a, c;
+                    memcpy(&a, x, 4), memcpy(&c, x + 4, 4);
+                    t[r] = vnni(t[r], w0, a);
+                    t[r] = vnni(t[r], w1, c);
+                }
             }
-        for (int g = 0; g < 8; g++)
-            sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(t[g], _mm512_set1_epi32(blk->sc[8 * half + g])));
-    }
-    for (int g = 0; g < 8; g++) {
-        const int32_t pair = (int32_t)(uint16_t)(int16_t)blk->sc[2 * g] | ((int32_t)(int16_t)blk->sc[2 * g + 1] << 16);
-        off = _mm512_add_epi32(off, _mm512_madd_epi16(_mm512_loadu_si512(bs + 32 * g), _mm512_set1_epi32(pair)));
-    }
-    return _mm512_sub_epi32(sumi, _mm512_slli_epi32(off, 5));
-}
-
-#ifndef PREFETCH
-#define PREFETCH 8
-#endif
-/* PREFETCH: blocks ahead (prefetching past a row's end reads the next row's blocks: harmless) */
-#ifndef JB
-#define JB 4
-#endif
-/* JB: weight rows per pass over a tile: each 4 KB activation block is read from L1 JB times */
-
-/* out[jj * TILE + l] for weight rows j0 .. j0 + jn - 1 (jn <= JB) and the tile's 16 rows. */
-static void q4_tile(const q4_block *w, int64_t nb, int jn, const int8_t *xp, const float *xdp, const int16_t *xsp,
-                    float *out) {
-    __m512 acc[JB];
-    uint8_t buf[JB][QK] __attribute__((aligned(64)));
-    for (int jj = 0; jj < JB; jj++) acc[jj] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const int8_t *x = xp + b * (QK * TILE);
-        const int16_t *bs = xsp + b * (16 * TILE);
-        const __m512 dx = _mm512_loadu_ps(xdp + b * TILE);
-        for (int jj = 0; jj < jn; jj++) { /* a few blocks ahead: DRAM latency is longer than a block's work */
-            const char *ahead = (const char *)(w + jj * nb + b + PREFETCH);
-            _mm_prefetch(ahead, _MM_HINT_T0), _mm_prefetch(ahead + 64, _MM_HINT_T0), _mm_prefetch(ahead + 128, _MM_HINT_T0);
+            const __m512i scv = _mm512_loadu_si512(p->sc[s]);
+            for (int r = 0; r < R; r++) iacc[r] = _mm512_add_epi32(iacc[r], _mm512_mullo_epi32(t[r], scv));
         }
-        for (int jj = 0; jj < jn; jj++) q4_unpack(w + jj * nb + b, buf[jj]);  /* all first: no store-to-load stall */
-        for (int jj = 0; jj < jn; jj++) {
-            const q4_block *blk = w + jj * nb + b;
-            __m512i summ;
-            const __m512i sumi = q4_tile_block(blk, buf[jj], x, bs, &summ);
-            acc[jj] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(_mm512_set1_ps(blk->d), dx), acc[jj]);
-            acc[jj] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(summ), _mm512_mul_ps(_mm512_set1_ps(-blk->dmin), dx), acc[jj]);
-        }
-    }
-    for (int jj = 0; jj < jn; jj++) _mm512_storeu_ps(out + jj * TILE, acc[jj]);
-}
-
-static void q6_tile(const q6_block *w, int64_t nb, int jn, const int8_t *xp, const float *xdp, const int16_t *xsp,
-                    float *out) {
-    __m512 acc[JB];
-    uint8_t buf[JB][QK] __attribute__((aligned(64)));
-    for (int jj = 0; jj < JB; jj++) acc[jj] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const int8_t *x = xp + b * (QK * TILE);
-        const int16_t *bs = xsp + b * (16 * TILE);
-        const __m512 dx = _mm512_loadu_ps(xdp + b * TILE);
-        for (int jj = 0; jj < jn; jj++) {
-            const char *ahead = (const char *)(w + jj * nb + b + PREFETCH);
-            _mm_prefetch(ahead, _MM_HINT_T0), _mm_prefetch(ahead + 64, _MM_HINT_T0), _mm_prefetch(ahead + 128, _MM_HINT_T0),
-                _mm_prefetch(ahead + 192, _MM_HINT_T0);
-        }
-        for (int jj = 0; jj < jn; jj++) q6_unpack(w + jj * nb + b, buf[jj]);
-        for (int jj = 0; jj < jn; jj++) {
-            const q6_block *blk = w + jj * nb + b;
-            const __m512i sumi = q6_tile_block(blk, buf[jj], x, bs);
-            acc[jj] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(_mm512_set1_ps(blk->d), dx), acc[jj]);
-        }
-    }
-    for (int jj = 0; jj < jn; jj++) _mm512_storeu_ps(out + jj * TILE, acc[jj]);
-}
-
-/* The panel of tile t (rows 16t .. 16t + 15; rows past n are zero) from qk_quantize's arrays. */
-void qk_panel(const float *xd, const int8_t *xq, const int16_t *xs, int64_t n, int64_t K, int8_t *xp, float *xdp,
-              int16_t *xsp) {
-    const int64_t nb = K / QK, tiles = (n + TILE - 1) / TILE;
-    memset(xp, 0, (size_t)(tiles * nb * QK * TILE));
-    memset(xdp, 0, (size_t)(tiles * nb * TILE) * sizeof(float));
-    memset(xsp, 0, (size_t)(tiles * nb * 16 * TILE) * sizeof(int16_t));
-    for (int64_t r = 0; r < n; r++) {
-        const int64_t t = r / TILE, l = r % TILE;
-        for (int64_t b = 0; b < nb; b++) {
-            const int64_t o = r * nb + b, tb = t * nb + b;
-            const int8_t *q = xq + o * QK;
-            for (int k = 0; k < QK / 4; k++) memcpy(xp + (tb * (QK / 4) + k) * (4 * TILE) + 4 * l, q + 4 * k, 4);
-            xdp[tb * TILE + l] = xd[o];
-            for (int g = 0; g < 8; g++) {
-                xsp[(tb * 8 + g) * (2 * TILE) + 2 * l] = xs[o * 16 + 2 * g];
-                xsp[(tb * 8 + g) * (2 * TILE) + 2 * l + 1] = xs[o * 16 + 2 * g + 1];
+        const __m512 dv = _mm512_loadu_ps(p->d), ndv = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_loadu_ps(p->dmin));
+        for (int r = 0; r < R; r++) {
+            const int64_t o = (r0 + r) * nb + b;
+            const int16_t *bs = xs + o * 16;
+            __m512i macc = _mm512_setzero_si512();
+            for (int q = 0; q < 4; q++) { /* groups 2q, 2q + 1 of 32: sums of 16-groups 4q..4q+3 */
+                const int16_t b0 = (int16_t)(bs[4 * q] + bs[4 * q + 1]), b1 = (int16_t)(bs[4 * q + 2] + bs[4 * q + 3]);
+                const int32_t pair = (int32_t)(uint16_t)b0 | ((int32_t)b1 << 16);
+                macc = _mm512_add_epi32(macc, _mm512_madd_epi16(_mm512_loadu_si512(p->m[q]), _mm512_set1_epi32(pair)));
             }
+            const __m512 dx = _mm512_set1_ps(xd[o]);
+            facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[r]), _mm512_mul_ps(dv, dx), facc[r]);
+            facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(macc), _mm512_mul_ps(ndv, dx), facc[r]);
         }
     }
 }
 
-/* y[r, j] for all n rows through the panel (qk_panel). */
-void qk_gemm_tiles(int kind, const void *w, int64_t N, int64_t K, const int8_t *xp, const float *xdp,
-                   const int16_t *xsp, int64_t n, float *y, int64_t ldy, int threads) {
-    const int64_t nb = K / QK, tiles = (n + TILE - 1) / TILE, groups = (N + JB - 1) / JB;
+static inline __attribute__((always_inline)) void q6_cols_rows(const q6_col *w, int64_t nb, const float *xd,
+                                                                const int8_t *xq, const int16_t *xs, int64_t r0,
+                                                                int R, __m512 *facc) {
+    for (int r = 0; r < R; r++) facc[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const q6_col *p = w + b;
+        __m512i iacc[RB];
+        for (int r = 0; r < R; r++) iacc[r] = _mm512_setzero_si512();
+        for (int g = 0; g < 16; g++) {
+            __m512i t[RB];
+            for (int r = 0; r < R; r++) t[r] = _mm512_setzero_si512();
+            for (int q = 0; q < 4; q++) {
+                const __m512i wv = _mm512_loadu_si512(p->u[4 * g + q]);
+                for (int r = 0; r < R; r++) {
+                    int32_t a;
+                    memcpy(&a, xq + ((r0 + r) * nb + b) * QK + 16 * g + 4 * q, 4);
+                    t[r] = vnni(t[r], wv, a);
+                }
+            }
+            const __m512i scv = _mm512_loadu_si512(p->sc[g]);
+            for (int r = 0; r < R; r++) iacc[r] = _mm512_add_epi32(iacc[r], _mm512_mullo_epi32(t[r], scv));
+        }
+        const __m512 dv = _mm512_loadu_ps(p->d);
+        for (int r = 0; r < R; r++) {
+            const int64_t o = (r0 + r) * nb + b;
+            const int16_t *bs = xs + o * 16;
+            __m512i off = _mm512_setzero_si512();
+            for (int q = 0; q < 8; q++) {
+                const int32_t pair = (int32_t)(uint16_t)bs[2 * q] | ((int32_t)bs[2 * q + 1] << 16);
+                off = _mm512_add_epi32(off, _mm512_madd_epi16(_mm512_loadu_si512(p->scp[q]), _mm512_set1_epi32(pair)));
+            }
+            const __m512i sumi = _mm512_sub_epi32(iacc[r], _mm512_slli_epi32(off, 5));
+            facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(dv, _mm512_set1_ps(xd[o])), facc[r]);
+        }
+    }
+}
+
+/* y[r, j] (row stride ldy) for all n rows, from the panels (qk_cols_*). */
+void qk_gemm_cols(int kind, const void *w, int64_t N, int64_t K, const float *xd, const int8_t *xq, const int16_t *xs,
+                  int64_t n, float *y, int64_t ldy, int threads) {
+    const int64_t nb = K / QK, panels = (N + 15) / 16;
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t jg = 0; jg < groups; jg++) {
-        const int64_t j0 = jg * JB;
-        const int jn = (int)(N - j0 < JB ? N - j0 : JB);
-        float out[JB * TILE];
-        for (int64_t t = 0; t < tiles; t++) {
-            const int8_t *x = xp + t * nb * QK * TILE;
-            const float *d = xdp + t * nb * TILE;
-            const int16_t *s = xsp + t * nb * 16 * TILE;
-            if (kind == 4) q4_tile((const q4_block *)w + j0 * nb, nb, jn, x, d, s, out);
-            else q6_tile((const q6_block *)w + j0 * nb, nb, jn, x, d, s, out);
-            for (int jj = 0; jj < jn; jj++)
-                for (int64_t l = 0; l < TILE && t * TILE + l < n; l++) y[(t * TILE + l) * ldy + j0 + jj] = out[jj * TILE + l];
+    for (int64_t pj = 0; pj < panels; pj++) {
+        const int jn = (int)(N - 16 * pj < 16 ? N - 16 * pj : 16);
+        const __mmask16 mask = (__mmask16)((1u << jn) - 1);
+        __m512 facc[RB];
+        for (int64_t r0 = 0; r0 < n; r0 += RB) {
+            const int R = (int)(n - r0 < RB ? n - r0 : RB);
+#define CASE(RR)                                                                                              \
+    case RR:                                                                                                  \
+        if (kind == 4) q4_cols_rows((const q4_col *)w + pj * nb, nb, xd, xq, xs, r0, RR, facc);              \
+        else q6_cols_rows((const q6_col *)w + pj * nb, nb, xd, xq, xs, r0, RR, facc);                         \
+        break;
+            switch (R) { CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8) }
+#undef CASE
+            for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(y + (r0 + r) * ldy + 16 * pj, mask, facc[r]);
         }
     }
 }

@@ -8,14 +8,17 @@ llama.cpp's arithmetic (each activation row quantized per 256 columns to int8; e
 dot products with the blocks' codes; the blocks' float scales applied per block), with two
 loops over the same arithmetic:
 
-* ``rows``: 4 rows at a time against the unpacked block (best at 1 to a few rows);
-* ``tiles``: 16 rows side by side in the SIMD lanes, each weight's 4 codes broadcast against
-  16 rows' activations (a VNNI dot product where the CPU has one), best for more rows.
+* ``rows``: 4 rows at a time against the unpacked block (best at 1 to a few rows: the step is
+  a read of the blocks);
+* ``cols``: 16 weight rows side by side in the SIMD lanes (a second copy of the weights in
+  that layout, made at its first use), 4 activations of a row broadcast into one VNNI dot
+  product where the CPU has one, 8 rows at a time (best for more rows: an extra row costs its
+  integer dot products and little else).
 
 Each loop gives a row the same result whatever rows come with it (bitwise); the two loops
 sum the same exact integers in another float order, so they differ by float rounding
 (~1e-7 relative). The C source compiles once per machine (gcc or cc, ``-O3``, AVX-512 flags
-only where /proc/cpuinfo lists them; a scalar build otherwise, ``tiles`` then unused) into
+only where /proc/cpuinfo lists them; a scalar build otherwise, ``cols`` then unused) into
 the cache directory beside the kernel calibrations.
 """
 
@@ -38,8 +41,6 @@ log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("qk_kernels.c")
 QK = 256
 """Input columns per block (Q4_K and Q6_K super-blocks; the activation quantization's block)."""
-TILE = 16
-"""Rows per tile of the ``tiles`` loop."""
 KINDS = {"q4_k": 4, "q6_k": 6}
 RAW_BYTES = {"q4_k": 144, "q6_k": 210}
 """Bytes per 256 weights in a GGUF (Q4_K, Q6_K super-blocks)."""
@@ -129,14 +130,15 @@ def library(scalar: bool = False) -> ctypes.CDLL:
     lib.qk_quantize.argtypes = [P, I, I, P, P, P, C]
     lib.qk_gemm.argtypes = [C, P, I, I, P, P, P, I, P, I, C]
     if lib.qk_simd():
-        lib.qk_panel.argtypes = [P, P, P, I, I, P, P, P]
-        lib.qk_gemm_tiles.argtypes = [C, P, I, I, P, P, P, I, P, I, C]
+        lib.qk_cols_q4.argtypes = [P, I, I, P]
+        lib.qk_cols_q6.argtypes = [P, I, I, P]
+        lib.qk_gemm_cols.argtypes = [C, P, I, I, P, P, P, I, P, I, C]
     _LIBS[scalar] = lib
     return lib
 
 
-def has_tiles() -> bool:
-    """Whether this machine's build has the ``tiles`` loop (the AVX-512 build)."""
+def has_cols() -> bool:
+    """Whether this machine's build has the ``cols`` loop (the AVX-512 build)."""
     return bool(library().qk_simd())
 
 
@@ -149,6 +151,21 @@ class Segment:
     start: int
     rows: int
     cols: int
+    panels: torch.Tensor | None = None
+    """The same blocks with 16 weight rows side by side (``qk_cols_*``; made at the first
+    ``cols`` product and shared by the segments of one tensor)."""
+
+    def col_panels(self) -> torch.Tensor:
+        if self.panels is None:
+            lib = library()
+            nb = self.cols // QK
+            size = lib.qk_q4_col_bytes() if self.kind == "q4_k" else lib.qk_q6_col_bytes()
+            out = torch.empty(-(-self.rows // 16) * nb * size, dtype=torch.uint8)
+            (lib.qk_cols_q4 if self.kind == "q4_k" else lib.qk_cols_q6)(
+                self.blocks.data_ptr(), self.rows, nb, out.data_ptr()
+            )
+            self.panels = out
+        return self.panels
 
 
 def repack(kind: str, raw: torch.Tensor) -> torch.Tensor:
@@ -171,26 +188,15 @@ def dequantize(seg: Segment) -> torch.Tensor:
     return out
 
 
-def split_rows(m: int, tiles_from: int) -> int:
-    """How many of ``m`` rows the 16-row tiles take (the rest, the 4-row loop): whole tiles,
-    and the remainder too when it is at least ``tiles_from`` rows (0: no tiles)."""
-    if not tiles_from or m < tiles_from:
-        return 0
-    rest = m % TILE
-    return m if rest >= tiles_from or rest == 0 else m - rest
-
-
 def matmul(
-    x: torch.Tensor, segments: list[Segment], tiles_from: int = 0, threads: int | None = None, scalar: bool = False
+    x: torch.Tensor, segments: list[Segment], cols_from: int = 0, threads: int | None = None, scalar: bool = False
 ) -> torch.Tensor:
     """``x @ W.T`` ([m, K] float -> [m, N] float32) with W the segments' blocks stacked by rows,
-    x quantized to int8 per row and block of 256; the 16-row tiles (AVX-512 builds) take the rows
-    ``split_rows(m, tiles_from)`` gives them, the 4-row loop the rest (``scalar``: the scalar
-    build's loop, no tiles)."""
+    x quantized to int8 per row and block of 256; through the ``cols`` loop (AVX-512 builds) when
+    ``cols_from`` is set and ``m >= cols_from``, else the 4-row loop (``scalar``: the scalar build's)."""
     lib = library(scalar)
-    tiles_from = 0 if not lib.qk_simd() else tiles_from
     m, K = x.shape
-    tiled = split_rows(m, tiles_from)
+    cols = bool(cols_from) and m >= cols_from and bool(lib.qk_simd())
     threads = threads or torch.get_num_threads()
     x = x.to(torch.float32).contiguous()
     nb = K // QK
@@ -200,37 +206,10 @@ def matmul(
     lib.qk_quantize(x.data_ptr(), m, K, xd.data_ptr(), xq.data_ptr(), xs.data_ptr(), threads)
     N = segments[-1].start + segments[-1].rows
     y = torch.empty(m, N, dtype=torch.float32)
-    if tiled:
-        t = -(-tiled // TILE)
-        xp = torch.empty(t * nb * QK * TILE, dtype=torch.int8)
-        xdp = torch.empty(t * nb * TILE, dtype=torch.float32)
-        xsp = torch.empty(t * nb * 16 * TILE, dtype=torch.int16)
-        lib.qk_panel(
-            xd.data_ptr(), xq.data_ptr(), xs.data_ptr(), tiled, K, xp.data_ptr(), xdp.data_ptr(), xsp.data_ptr()
-        )
-        for s in segments:
-            out = y.data_ptr() + 4 * s.start
-            lib.qk_gemm_tiles(
-                KINDS[s.kind],
-                s.blocks.data_ptr(),
-                s.rows,
-                K,
-                xp.data_ptr(),
-                xdp.data_ptr(),
-                xsp.data_ptr(),
-                tiled,
-                out,
-                N,
-                threads,
-            )
-    if tiled < m:  # the rest through the 4-row loop, from row `tiled` on
-        o = tiled * nb
-        for s in segments:
-            out = y.data_ptr() + 4 * (tiled * N + s.start)
-            lib.qk_gemm(
-                KINDS[s.kind], s.blocks.data_ptr(), s.rows, K,
-                xd.data_ptr() + 4 * o, xq.data_ptr() + QK * o, xs.data_ptr() + 2 * 16 * o, m - tiled, out, N, threads,
-            )  # fmt: skip
+    for s in segments:
+        out = y.data_ptr() + 4 * s.start
+        w, fn = (s.col_panels(), lib.qk_gemm_cols) if cols else (s.blocks, lib.qk_gemm)
+        fn(KINDS[s.kind], w.data_ptr(), s.rows, K, xd.data_ptr(), xq.data_ptr(), xs.data_ptr(), m, out, N, threads)
     return y
 
 

@@ -34,7 +34,7 @@ from stagedspec.engine.kernels import (
     install,
     native_forward,
 )
-from stagedspec.engine.qk_kernels import TILE, build_tag, has_tiles, split_rows
+from stagedspec.engine.qk_kernels import build_tag, has_cols
 from .disk_cache import write_json_atomically
 from .tree_calibration import isotonic
 
@@ -44,9 +44,9 @@ MAX_ROWS = 32
 """Row counts the calibration covers (a bypass draft of 24 verifies 25); a plan takes
 ``KernelChoice.long_path`` for more rows."""
 
-CALIBRATION_VERSION = 3
+CALIBRATION_VERSION = 4
 """Part of the cache key: raised when the timing procedure changes (2: an untimed pass per
-path first and the fastest pass kept, rows up to 32; 3: the GGUF-native kernel's two loops
+path first and the fastest pass kept, rows up to 32; 3, 4: the GGUF-native kernel's two loops
 timed), so that no calibration made the old way is read back. A plan from version 1, made on a busy machine, had the 1.5B verify 6, 8
 and 11 rows through F.linear at 1.5x mkldnn's time."""
 
@@ -63,7 +63,7 @@ class Calibration:
     """rows -> {"int4": ms, "dense": ms}: one pass over the modules holding their file's own
     4-bit codes, through the int4 kernel and through the plan's dense path."""
     native_ms: dict[str, dict[str, float]] = field(default_factory=dict)
-    """rows -> {"rows": ms, "tiles": ms}: one pass over the modules holding their GGUF's own
+    """rows -> {"rows": ms, "cols": ms}: one pass over the modules holding their GGUF's own
     blocks (``weights=gguf_native``) through each of the kernel's two loops."""
 
 
@@ -82,45 +82,49 @@ def native_modules(model: nn.Module) -> list[nn.Linear]:
     return [m for m in gemm_modules(model) if getattr(m, "_stagedspec_native", None)]
 
 
+NATIVE_ROWS_MAX = 16
+"""The kernel's 4-row loop is timed up to here (its cost grows linearly; the calibration has
+always found the ``cols`` loop faster well before)."""
+
+
 def _time_native(model: nn.Module, max_rows: int, reps: int) -> dict[str, dict[str, float]]:
-    """For 1..16 rows (at most ``max_rows``): one pass over the modules holding GGUF blocks
-    through the kernel's 4-row loop and (AVX-512 builds) its 16-row tiles (more rows take
-    whole tiles and a remainder, ``qk_kernels.split_rows``)."""
+    """For 1..``max_rows`` rows: one pass over the modules holding GGUF blocks through the
+    kernel's ``cols`` loop (AVX-512 builds) and, up to ``NATIVE_ROWS_MAX`` rows, its 4-row loop."""
     mods = native_modules(model)
     out: dict[str, dict[str, float]] = {}
     if not mods:
         return out
-    loops = {"rows": 0} | ({"tiles": 1} if has_tiles() else {})
-    for m in range(1, min(max_rows, TILE) + 1):
+    cols = has_cols()
+    for m in range(1, max_rows + 1):
         xs = [torch.randn(m, mod.in_features, dtype=mod.weight.dtype) for mod in mods]
+        loops = ({"rows": 0} if m <= NATIVE_ROWS_MAX or not cols else {}) | ({"cols": 1} if cols else {})
         out[str(m)] = {
             k: _time_pass(mods, xs, lambda mod, x, f=f: native_forward(mod, x, f), reps) for k, f in loops.items()
         }
     return out
 
 
-def tiles_from(native_ms: dict[str, dict[str, float]]) -> int:
-    """The least row count from which a tile is faster than the 4-row loop at every timed row
-    count (0: never)."""
-    rows = sorted(int(m) for m in native_ms)
+def cols_from(native_ms: dict[str, dict[str, float]]) -> int:
+    """The least row count from which the ``cols`` loop is faster than the 4-row loop at every
+    row count timed with both (0: never, or a build without it)."""
+    both = sorted(int(m) for m, t in native_ms.items() if "rows" in t and "cols" in t)
     best = 0
-    for m in reversed(rows):
+    for m in reversed(both):
         t = native_ms[str(m)]
-        if "tiles" not in t or t["tiles"] >= t["rows"]:
+        if t["cols"] >= t["rows"]:
             break
         best = m
     return best
 
 
-def native_cost(native_ms: dict[str, dict[str, float]], tiles_from: int, m: int) -> float:
-    """ms of one pass of ``m`` rows through the native kernel as ``qk_kernels.split_rows`` splits
-    them: whole tiles at the 16-row tile's time, the remainder at its loop's time."""
-    tiled = split_rows(m, tiles_from)
-    whole = -(-tiled // TILE)
-    rest = m - tiled
-    if rest > TILE:  # no tiles: the 4-row loop grows linearly past the timed rows
-        return native_ms[str(TILE)]["rows"] * rest / TILE
-    return whole * native_ms[str(TILE)]["tiles"] + (native_ms[str(rest)]["rows"] if rest else 0.0)
+def native_cost(native_ms: dict[str, dict[str, float]], cols_from: int, m: int) -> float:
+    """ms of one pass of ``m`` rows through the native kernel's loop for ``m`` rows (past the
+    timed row counts: the last one's time, scaled by the rows)."""
+    loop = "cols" if cols_from and m >= cols_from else "rows"
+    timed = max(int(k) for k, t in native_ms.items() if loop in t)
+    if m > timed:
+        return native_ms[str(timed)][loop] * m / timed
+    return native_ms[str(m)][loop]
 
 
 def _linears(model: nn.Module) -> list[nn.Linear]:
@@ -211,7 +215,7 @@ def calibrate(
         int4_rows=int4_rows,
         int4_exact=bool(int4_rows),
         native=bool(native_ms),
-        native_tiles_from=tiles_from(native_ms),
+        native_cols_from=cols_from(native_ms),
     )
     cal = Calibration(
         key={**key, **args},
@@ -230,8 +234,10 @@ def calibrate(
 def _cached(f: Path) -> tuple[KernelChoice, Calibration]:
     """The plan and calibration a cache file ``f`` holds."""
     cal = Calibration(**json.loads(f.read_text()))
+    known = {fl.name for fl in dataclasses.fields(KernelChoice)}  # a field since renamed or dropped: ignored
     plan = KernelChoice(
-        **{**cal.plan, "linear": tuple(cal.plan["linear"]), "long_path": long_path_for(cal.plan["linear"])}
+        **{k: v for k, v in cal.plan.items() if k in known}
+        | {"linear": tuple(cal.plan["linear"]), "long_path": long_path_for(cal.plan["linear"])}
     )
     plan = dataclasses.replace(plan, step_curve=step_curve(cal, plan))
     log.info("kernel plan from %s: %s", f, plan.describe())
@@ -246,7 +252,7 @@ def step_curve(cal: Calibration, plan: KernelChoice) -> tuple[float, ...]:
     divided by its first value; for a ``native`` plan, its kernel's passes (``native_cost``) at
     1..``MAX_ROWS`` rows. () when nothing was timed (one path: no choice was made)."""
     if plan.native and cal.native_ms:
-        ms = isotonic([native_cost(cal.native_ms, plan.native_tiles_from, m) for m in range(1, MAX_ROWS + 1)])
+        ms = isotonic([native_cost(cal.native_ms, plan.native_cols_from, m) for m in range(1, MAX_ROWS + 1)])
         return tuple(t / ms[0] for t in ms)
     rows = sorted(int(m) for m in cal.times_ms)
     if not rows or rows[0] != 1:

@@ -48,38 +48,39 @@ def _reference(x: torch.Tensor, segs: list[qk.Segment]) -> torch.Tensor:
 
 
 def _loops() -> list[int]:
-    return [0, 1] if qk.has_tiles() else [0]  # tiles_from: 0 the 4-row loop, 1 the 16-row tiles throughout
+    return [0, 1] if qk.has_cols() else [0]  # cols_from: 0 the 4-row loop, 1 the cols loop throughout
 
 
-@pytest.mark.parametrize("tiles_from", _loops())
-def test_a_product_equals_the_float64_product_of_what_it_multiplies(tiles_from):
+@pytest.mark.parametrize("cols_from", _loops())
+def test_a_product_equals_the_float64_product_of_what_it_multiplies(cols_from):
     """Fused parts of two kinds (as the 1.5B's q/k/v with a Q6_K v): the integer sums are exact,
     only the float32 sums over blocks round (measured ~2e-7 relative)."""
     a, _ = _segment("q4_k", 48, 512, seed=2)
     b, _ = _segment("q6_k", 24, 512, seed=3, start=48)
     x = torch.randn(21, 512, generator=torch.Generator().manual_seed(0))
-    y = qk.matmul(x, [a, b], tiles_from)
+    y = qk.matmul(x, [a, b], cols_from)
     ref = _reference(x, [a, b])
     assert y.shape == (21, 72)
     assert float((y.double() - ref).norm() / ref.norm()) < 2e-6
 
 
-@pytest.mark.parametrize("tiles_from", _loops())
+@pytest.mark.parametrize("cols_from", _loops())
 @pytest.mark.parametrize("kind", ["q4_k", "q6_k"])
-def test_a_rows_result_does_not_depend_on_the_rows_beside_it(kind, tiles_from):
+def test_a_rows_result_does_not_depend_on_the_rows_beside_it(kind, cols_from):
     seg, _ = _segment(kind, 40, 768, seed=4)
     x = torch.randn(19, 768, generator=torch.Generator().manual_seed(1))
-    whole = qk.matmul(x, [seg], tiles_from)
+    whole = qk.matmul(x, [seg], cols_from)
     for lo, hi in [(0, 1), (3, 7), (5, 19), (18, 19)]:
-        assert torch.equal(qk.matmul(x[lo:hi], [seg], tiles_from), whole[lo:hi]), (lo, hi)
+        assert torch.equal(qk.matmul(x[lo:hi], [seg], cols_from), whole[lo:hi]), (lo, hi)
 
 
-@pytest.mark.skipif(not qk.has_tiles(), reason="the 16-row tiles need the AVX-512 build")
-def test_tiles_and_the_four_row_loop_differ_by_float_rounding_only():
-    seg, _ = _segment("q4_k", 64, 1024, seed=5)
-    x = torch.randn(16, 1024, generator=torch.Generator().manual_seed(2))
-    rows, tiles = qk.matmul(x, [seg], 0), qk.matmul(x, [seg], 1)
-    assert float((rows - tiles).norm() / rows.norm()) < 1e-6
+@pytest.mark.skipif(not qk.has_cols(), reason="the cols loop needs the AVX-512 build")
+@pytest.mark.parametrize("kind", ["q4_k", "q6_k"])
+def test_the_cols_loop_and_the_four_row_loop_differ_by_float_rounding_only(kind):
+    seg, _ = _segment(kind, 50, 1024, seed=5)  # 50 weight rows: three panels of 16 and a partial one
+    x = torch.randn(17, 1024, generator=torch.Generator().manual_seed(2))  # two passes of 8 rows and one
+    rows, cols = qk.matmul(x, [seg], 0), qk.matmul(x, [seg], 1)
+    assert float((rows - cols).norm() / rows.norm()) < 1e-6
 
 
 def test_the_scalar_build_computes_the_same_products():
@@ -89,14 +90,6 @@ def test_the_scalar_build_computes_the_same_products():
     x = torch.randn(5, 512, generator=torch.Generator().manual_seed(3))
     got, ref = qk.matmul(x, [a, b], scalar=True), _reference(x, [a, b])
     assert float((got.double() - ref).norm() / ref.norm()) < 2e-6
-
-
-@pytest.mark.parametrize(
-    "m,tiles_from,tiled",
-    [(5, 0, 0), (11, 12, 0), (12, 12, 12), (16, 12, 16), (17, 12, 16), (27, 12, 16), (28, 12, 28), (32, 4, 32)],
-)
-def test_rows_split_between_tiles_and_the_four_row_loop(m, tiles_from, tiled):
-    assert qk.split_rows(m, tiles_from) == tiled
 
 
 def test_the_build_flags_follow_the_cpus_flags():

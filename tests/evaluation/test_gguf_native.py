@@ -19,11 +19,11 @@ from tests import oracles
 from tests.helpers import random_gguf_blocks
 from tests.oracles import N_NEW, tiny_prompts
 
-TILES = [0, 4] if qk.has_tiles() else [0]
-"""native_tiles_from: 0 the 4-row loop at every row count; 4 the 16-row tiles from 4 rows."""
+COLS = [0, 4] if qk.has_cols() else [0]
+"""native_cols_from: 0 the 4-row loop at every row count; 4 the cols loop from 4 rows."""
 
 
-def native_plan(tiles_from: int = 0) -> KernelChoice:
+def native_plan(cols_from: int = 0) -> KernelChoice:
     return KernelChoice(
         name="native",
         linear=("linear",) * 8,
@@ -31,7 +31,7 @@ def native_plan(tiles_from: int = 0) -> KernelChoice:
         slot_cache=True,
         lean_layers=True,
         native=True,
-        native_tiles_from=tiles_from,
+        native_cols_from=cols_from,
     )
 
 
@@ -89,8 +89,8 @@ def test_attach_gives_blocks_to_every_gemm_module_whose_blocks_reproduce_its_wei
     assert not getattr(named["model.layers.1.mlp.up_proj"], "_stagedspec_native", None)
 
 
-@pytest.mark.parametrize("tiles_from", TILES)
-def test_speculative_greedy_output_of_a_native_target_is_its_own_plain_decodings(tiles_from, monkeypatch):
+@pytest.mark.parametrize("cols_from", COLS)
+def test_speculative_greedy_output_of_a_native_target_is_its_own_plain_decodings(cols_from, monkeypatch):
     """Plain decoding (one row a step) and speculative decoding (verifications of 4 rows) through
     the native kernel give the same tokens; the kernel is what runs, and it is not the dense
     model (int8 activations: logits ~1e-2 apart)."""
@@ -103,7 +103,7 @@ def test_speculative_greedy_output_of_a_native_target_is_its_own_plain_decodings
     tokens: list[int] = []  # new tokens per sequence of each native product
     real = kernels.native_forward
     monkeypatch.setattr(kernels, "native_forward", lambda m, x, tf: tokens.append(x.shape[-2]) or real(m, x, tf))
-    plan = native_plan(tiles_from)
+    plan = native_plan(cols_from)
     prompts = tiny_prompts(3)
     plain = SpeculativeDecoder(t.model, None, SamplingConfig(), plan=plan).generate(prompts, N_NEW).sequences
     spec = SpeculativeDecoder(t.model, ModelDrafter(other_small(t.vocab_size), k=3), SamplingConfig(), plan=plan)
@@ -145,7 +145,7 @@ def test_bad_native_weights_are_refused_before_loading(spec, match):
 
 
 # --------------------------------------------------------------------------- sampled output
-def _native_chi2(monkeypatch, tiles_from: int):
+def _native_chi2(monkeypatch, cols_from: int):
     """The chi-square set-up of ``oracles.statistics`` (8-token vocabulary, a 1-layer draft) with
     a target of width 256 on random blocks (its logits peaked enough to accept and reject often);
     the exact joints from the target's own one-row forwards through the native plan."""
@@ -154,7 +154,7 @@ def _native_chi2(monkeypatch, tiles_from: int):
     target, blocks = _native_target(vocab=oracles.V, size=0.25, seed=2)
     assert gguf_native.attach(target.model, blocks) == (9, 0)
     draft = truncated_copy(target, 1).model
-    plan = native_plan(tiles_from)
+    plan = native_plan(cols_from)
     monkeypatch.setattr(oracles, "chi2_models", lambda: (target, draft))
     exact = oracles.exact_pairs.__wrapped__
 
@@ -174,10 +174,10 @@ def _stats(draft, plan):
 
 def test_sampled_output_of_a_native_target_has_its_own_distribution(monkeypatch):
     """Chi-square (same N, alpha and critical values as ``test_sampling_exact``) of a draft
-    speculating for a target whose every GEMM runs the native kernel (16-row tiles for the
-    verifications where the build has them). Measured chi2 (tokens 1-2 / 3-4): 69.3 (df 61) /
+    speculating for a target whose every GEMM runs the native kernel (its cols loop for the
+    verifications where the build has it). Measured chi2 (tokens 1-2 / 3-4): 69.3 (df 61) /
     60.8 (df 63) against critical values 113.8 / 116.5 (AVX-512 build, 2026-12-06)."""
-    draft, plan = _native_chi2(monkeypatch, TILES[-1])
+    draft, plan = _native_chi2(monkeypatch, COLS[-1])
     for pair, stat, df, crit in _stats(draft, plan):
         assert stat < crit, f"{pair}: chi2={stat:.1f} df={df} crit={crit:.1f}"
 
@@ -186,7 +186,7 @@ def test_a_verification_computing_other_logits_than_plain_decoding_is_caught(mon
     """Power: the products of the verifications' forwards (2-4 new tokens a sequence) scaled by
     1.1, so the target that accepts and resamples is not the one the exact joints (forwards of
     5-8 tokens) and plain steps (1 token) compute. Measured chi2: 162.6 / 95.6."""
-    draft, plan = _native_chi2(monkeypatch, TILES[-1])
+    draft, plan = _native_chi2(monkeypatch, COLS[-1])
     real = kernels.native_forward
     monkeypatch.setattr(
         kernels, "native_forward", lambda m, x, tf: real(m, x, tf) * (1.1 if 1 < x.shape[-2] < 5 else 1.0)

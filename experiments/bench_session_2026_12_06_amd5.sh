@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The README's results table with the GGUF-native target (its cols loop; v12 ran its earlier tiles loop) (target.weights=gguf_native) as a third column,
+# on a 2-core AMD EPYC (AVX-512 BF16/VNNI, no AMX), nothing else running: bench_session_2026_12_06_amd3.sh's
+# run with ours on torch's 4-bit path, on the native kernel and on llama.cpp, HF's three, interleaved per
+# prompt on the first 6 HumanEval test problems (96 tokens, T = 0); then llama.cpp's own programs on the
+# same GGUFs and prompts; then the step curve of the three. LLAMA_BIN: llama.cpp's build/bin, with the
+# bindings importable (docs/llama-cpp.md).
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+. .venv/bin/activate
+export TQDM_DISABLE=1
+lscpu | grep "Model name"; date -u
+python experiments/peers.py --target qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b --dtype bfloat16 --data humaneval \
+  --split test --prompts 6 --max-new-tokens 96 --repeats 1 --batch-sizes 1 --temperature 0 \
+  --weights gguf_q4,gguf_native,llama_cpp --hf-methods hf,hf_assisted,hf_prompt_lookup --prompt-lookup 10 --assistant-tokens 0 \
+  --no-figure --tracking-uri none --ours "ar,copy:16:3,q4:12:50:2,ngram:1:30>q4:12:50:2>route:24,ngram:1:30>q4:12:50:2>copy:24:6" \
+  --out docs/peers/v13-amd-humaneval-t0 || exit 1
+date -u
+python experiments/llama_cpp_peer.py --bin "$LLAMA_BIN" --split test --prompts 6 \
+  --modes plain,ngram-simple,ngram-mod,draft-simple:16:0.75 --max-new-tokens 96 \
+  --json docs/peers/v13-amd-llama-cpp-humaneval-t0.json
+date -u
+python experiments/bench_step_curve.py --native --llama-cpp --repeats 5 --rows 1,2,3,4,6,8,12,16,17,24,32 \
+  --out docs/bench/step-curve-2026-12-06-amd-native-cols.md
+date -u
