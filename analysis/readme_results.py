@@ -30,9 +30,9 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
 SOURCES = {
-    "peers": "docs/peers/v12-amd-humaneval-t0/results.json",
-    "llama_cpp": "docs/peers/v12-amd-llama-cpp-humaneval-t0.json",
-    "step_curve": "docs/bench/step-curve-2026-12-06-amd-native.json",
+    "peers": "docs/peers/v13-amd-humaneval-t0/results.json",
+    "llama_cpp": "docs/peers/v13-amd-llama-cpp-humaneval-t0.json",
+    "step_curve": "docs/bench/step-curve-2026-12-06-amd-native-cols.json",
     "main_command": "docs/main-command/2026-12-06-amd",
     "paper": "docs/paper/2026-12-06",
 }
