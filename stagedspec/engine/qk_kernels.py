@@ -31,7 +31,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -151,12 +151,12 @@ class Segment:
     start: int
     rows: int
     cols: int
-    panels: torch.Tensor | None = None
-    """The same blocks with 16 weight rows side by side (``qk_cols_*``; made at the first
-    ``cols`` product and shared by the segments of one tensor)."""
+    cache: dict = field(default_factory=dict)
+    """Holds the same blocks with 16 weight rows side by side (``qk_cols_*``), made at the first
+    ``cols`` product; segments made from one another (``dataclasses.replace``) share it."""
 
     def col_panels(self) -> torch.Tensor:
-        if self.panels is None:
+        if "panels" not in self.cache:
             lib = library()
             nb = self.cols // QK
             size = lib.qk_q4_col_bytes() if self.kind == "q4_k" else lib.qk_q6_col_bytes()
@@ -164,8 +164,8 @@ class Segment:
             (lib.qk_cols_q4 if self.kind == "q4_k" else lib.qk_cols_q6)(
                 self.blocks.data_ptr(), self.rows, nb, out.data_ptr()
             )
-            self.panels = out
-        return self.panels
+            self.cache["panels"] = out
+        return self.cache["panels"]
 
 
 def repack(kind: str, raw: torch.Tensor) -> torch.Tensor:

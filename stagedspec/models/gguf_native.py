@@ -17,6 +17,7 @@ the dequantized model (``native_blocks.safetensors``, the GGUF's own bytes, 1.0 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -60,8 +61,7 @@ def attach(model: nn.Module, blocks: dict[str, torch.Tensor]) -> tuple[int, int]
                 log.warning("the GGUF blocks of %s do not match its dense weight: it stays dense", name)
                 return None
             segments[name] = seg
-        s = segments[name]
-        return qk_kernels.Segment(s.kind, s.blocks, start, s.rows, s.cols)
+        return dataclasses.replace(segments[name], start=start)  # one tensor's segments share its cols panels
 
     with torch.no_grad():
         for mod, names in gemm_module_parts(model):

@@ -85,7 +85,8 @@ def test_attach_gives_blocks_to_every_gemm_module_whose_blocks_reproduce_its_wei
         ("q6_k", 384, 128),
     ]
     named = dict(t.model.named_modules())
-    assert named["model.layers.0.self_attn.v_proj"]._stagedspec_native[0].start == 0  # each part on its own too
+    v = named["model.layers.0.self_attn.v_proj"]._stagedspec_native[0]
+    assert v.start == 0 and v.cache is qkv._stagedspec_native[2].cache  # each part on its own too, one cols copy
     assert not getattr(named["model.layers.1.mlp.up_proj"], "_stagedspec_native", None)
 
 
