@@ -41,8 +41,6 @@ the entry at it and run the module to rewrite the README."""
 
 STAGED = "ngram:1:30>q4:12:50:2>route:24"
 """The staged default since the priced router became it (``conf/drafter/bypass.yaml``)."""
-RULE = "ngram:1:30>q4:12:50:2>copy:24:6"
-"""The staged hierarchy with the bypass's fixed rule (``levels.copy.route=rule``), the earlier default."""
 LOOKUP = "copy:16:3"
 SMALL = "q4:12:50:2"
 ON_LLAMA = "@llama_cpp"

@@ -338,23 +338,24 @@ def main(argv=None) -> None:
         hf, skipped, info = hf_methods(args, hf_model, target.name, files, eos)
         ours, skipped_ours = our_methods(target, files, args.k, args.tree or None, args.lower_k)
         skipped.update(skipped_ours)
-    native_suffix = _suffix("gguf_native", _weight_names(args.weights)) if native is not None else None
-    native_plan = kernel_plan(native, args.kernels) if native is not None else None
     on_llama = llama_cpp_suffix(args.weights)
-    llama_kv = None
+    # per name suffix, who runs our methods' target: (model, plan, llama.cpp cache or None)
+    backends = {suffix: (target, p, None) for suffix, p in weight_plans(plan, args.weights).items()}
     if on_llama is not None:  # our methods' target on llama.cpp, over the same GGUF file
         handle = load_llama_cpp(gguf_path(spec), threads=args.threads, vocab_size=target.vocab_size)
-        llama_kv = LlamaCppKV(handle)
+        backends[on_llama] = (target, backends[on_llama][1], LlamaCppKV(handle))
+    if native is not None:  # the second target object, its own plan
+        backends[_suffix("gguf_native", _weight_names(args.weights))] = (
+            native,
+            kernel_plan(native, args.kernels),
+            None,
+        )
     methods = {
         **hf,
         **{
-            m + suffix: (
-                ours_fn(native, make, sampling, eos, native_plan)
-                if suffix == native_suffix
-                else ours_fn(target, make, sampling, eos, p, kv=llama_kv if suffix == on_llama else None)
-            )
+            m + suffix: ours_fn(model, make, sampling, eos, p, kv=kv)
             for m, make in ours.items()
-            for suffix, p in weight_plans(plan, args.weights).items()
+            for suffix, (model, p, kv) in backends.items()
         },
     }
     batches = {m: ([1] if m in hf else batch_sizes) for m in methods}

@@ -131,15 +131,16 @@ void qk_repack_q6k(const uint8_t *src, int64_t nblocks, q6_block *dst) {
     }
 }
 
+/* The code of element e (0..255) of a block, in the layouts above. */
+static inline int q4_code(const q4_block *w, int e) {
+    int c = e / 64, p = e % 64;
+    return p < 32 ? (w->qs[32 * c + p] & 0xF) : (w->qs[32 * c + p - 32] >> 4);
+}
+
 /* The weight a block holds, element by element in float32 (tests, and the dense copy). */
 void qk_dequant_q4(const q4_block *w, int64_t nblocks, float *out) {
-    for (int64_t i = 0; i < nblocks; i++, out += QK) {
-        for (int c = 0; c < 4; c++)
-            for (int p = 0; p < 32; p++) {
-                out[64 * c + p] = w[i].d * w[i].sc[2 * c] * (w[i].qs[32 * c + p] & 0xF) - w[i].dmin * w[i].m[2 * c];
-                out[64 * c + 32 + p] = w[i].d * w[i].sc[2 * c + 1] * (w[i].qs[32 * c + p] >> 4) - w[i].dmin * w[i].m[2 * c + 1];
-            }
-    }
+    for (int64_t i = 0; i < nblocks; i++, out += QK)
+        for (int e = 0; e < QK; e++) out[e] = w[i].d * w[i].sc[e / 32] * q4_code(w + i, e) - w[i].dmin * w[i].m[e / 32];
 }
 
 static inline int q6_code(const q6_block *w, int e) {
@@ -321,11 +322,6 @@ typedef struct {
 
 int qk_q4_col_bytes(void) { return (int)sizeof(q4_col); }
 int qk_q6_col_bytes(void) { return (int)sizeof(q6_col); }
-
-static inline int q4_code(const q4_block *w, int e) {
-    int c = e / 64, p = e % 64;
-    return p < 32 ? (w->qs[32 * c + p] & 0xF) : (w->qs[32 * c + p - 32] >> 4);
-}
 
 /* rows-layout blocks (N rows x nb) -> panels (ceil(N / 16) x nb); rows past N are zero. */
 void qk_cols_q4(const q4_block *w, int64_t N, int64_t nb, q4_col *out) {

@@ -198,12 +198,7 @@ def matmul(
     m, K = x.shape
     cols = bool(cols_from) and m >= cols_from and bool(lib.qk_simd())
     threads = threads or torch.get_num_threads()
-    x = x.to(torch.float32).contiguous()
-    nb = K // QK
-    xd = torch.empty(m * nb, dtype=torch.float32)
-    xq = torch.empty(m * nb * QK, dtype=torch.int8)
-    xs = torch.empty(m * nb * 16, dtype=torch.int16)
-    lib.qk_quantize(x.data_ptr(), m, K, xd.data_ptr(), xq.data_ptr(), xs.data_ptr(), threads)
+    xd, xq, xs = _quantize(lib, x, threads)
     N = segments[-1].start + segments[-1].rows
     y = torch.empty(m, N, dtype=torch.float32)
     for s in segments:
@@ -213,14 +208,21 @@ def matmul(
     return y
 
 
-def quantize_activations(x: torch.Tensor) -> torch.Tensor:
-    """What the kernel multiplies by: ``x`` ([m, K]) quantized and dequantized (float32)."""
-    lib = library()
+def _quantize(lib: ctypes.CDLL, x: torch.Tensor, threads: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``x`` ([m, K]) quantized per row and block of 256: scales (float32, [m * K / 256]), int8
+    codes ([m * K]) and sums of 16 codes (int16, [m * K / 16]), as the kernels read them."""
     m, K = x.shape
     x = x.to(torch.float32).contiguous()
     nb = K // QK
     xd = torch.empty(m * nb, dtype=torch.float32)
     xq = torch.empty(m * nb * QK, dtype=torch.int8)
     xs = torch.empty(m * nb * 16, dtype=torch.int16)
-    lib.qk_quantize(x.data_ptr(), m, K, xd.data_ptr(), xq.data_ptr(), xs.data_ptr(), 1)
-    return (xq.view(m, nb, QK).float() * xd.view(m, nb, 1)).reshape(m, K)
+    lib.qk_quantize(x.data_ptr(), m, K, xd.data_ptr(), xq.data_ptr(), xs.data_ptr(), threads)
+    return xd, xq, xs
+
+
+def quantize_activations(x: torch.Tensor) -> torch.Tensor:
+    """What the kernel multiplies by: ``x`` ([m, K]) quantized and dequantized (float32)."""
+    m, K = x.shape
+    xd, xq, _ = _quantize(library(), x, 1)
+    return (xq.view(m, K // QK, QK).float() * xd.view(m, K // QK, 1)).reshape(m, K)
