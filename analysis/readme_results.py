@@ -130,8 +130,8 @@ def render_results(root: Path = ROOT) -> str:
     differ = {b: [ours[m + b]["differing_outputs"] for m in ("ar", LOOKUP, SMALL, STAGED)] for b in backends}
     lines += [
         "",
-        "- Each cell: the target on torch's 4-bit path (`target.weights=gguf_q4`, the default) / on the GGUF-native "
-        "kernel (`target.weights=gguf_native`) / on llama.cpp (`target.backend=llama_cpp`); draft levels on torch.",
+        "- Each cell: the target on torch's 4-bit path (`target.weights=gguf_q4`) / on the GGUF-native "
+        "kernel (`target.weights=gguf_native`, the default since) / on llama.cpp (`target.backend=llama_cpp`); draft levels on torch.",
         "- tokens/s: ours and llama.cpp's decode only (the prefill left out); HF's `generate` timed whole, prefill included.",
         f"- Our plain step: native {call_ms('ar' + NATIVE):.0f} ms, {_x(call_ms('ar' + NATIVE), plain_cpp_ms)} llama.cpp's "
         f"own {plain_cpp_ms:.0f} ms and {_x(call_ms('ar' + NATIVE), 1000 * curve['bytes']['gguf_native'] / bw)} the read "
