@@ -35,6 +35,18 @@ below costs ``draft_cost`` (a setting). It sends the proposal with the higher
 (accepted + 1) / cost. It reads only the context and earlier rounds' acceptance, so exactness
 is kept, as for the rule.
 
+``timed=True`` prices the same proposals in measured seconds, and a third one: no draft at all
+(a plain target step, one token for T(1)). A verification's cost keeps the shape above (the curve
+or the linear price) but its scale comes from the target calls the run has timed (the decoder's
+``observe_round``), and a round below costs its own measured seconds (the level's whole draft,
+its catch-up after skipped rounds included) where ``draft_cost`` guessed, verified at the mean
+size of its drafts instead of its largest; both start from the untimed prices' prior worth
+``prior_weight`` rounds. When neither a copy nor the level below promises more tokens per second
+than a plain step, the round drafts nothing, except that once the level below has sat out ``explore``
+- 1 rounds such a round goes below anyway, so the router notices when drafting pays again. Timings are read only
+from earlier rounds, so exactness is kept; a seeded sampled run no longer routes, and so samples,
+the same way twice.
+
 Batch: the level below drafts for every row or none (its caches hold every row), so when
 some row has no long match, the rows that have one still take their copy and the level
 below's draft for them is dropped (it is only work; it changes nothing).
@@ -89,6 +101,9 @@ class RoutePrices:
     acceptance of m / (m + 1), a round below ``prior_accepted`` accepted with
     ``prior_accepted + 1`` forwards."""
     prior_accepted: float = 4.0
+    explore: float = 16
+    """``timed``: a round that would draft nothing goes below anyway when the level below has not
+    drafted for this many rounds less one (0: never)."""
 
 
 MATCH_BUCKETS = 8
@@ -105,6 +120,15 @@ class _RouteStats:
         """T(n) / T(1) for n = 1..len (``use_step_curve``); () for the linear ``row_cost``."""
         self.copy_acc, self.copy_short = [0.0] * (MATCH_BUCKETS + 1), [0.0] * (MATCH_BUCKETS + 1)
         self.low_sum, self.low_forwards, self.low_n = 0.0, 0.0, 0
+        self.timed = False
+        """Costs from measured seconds (``BypassDrafter(timed=True)``)."""
+        self.verify_s, self.verify_units = 0.0, 0.0  # timed target calls: seconds, their verify_cost
+        self.low_s, self.low_nodes = 0.0, 0.0  # timed rounds below: seconds of the draft, its nodes
+
+    def step_seconds(self) -> float | None:
+        """Seconds of one plain target step (T(1)) measured so far: the timed calls' seconds over
+        their costs in steps; None before the first."""
+        return self.verify_s / self.verify_units if self.verify_units else None
 
     def verify_cost(self, rows: int) -> float:
         """A verification of ``rows`` rows in plain target steps: the calibrated curve (past
@@ -137,12 +161,38 @@ class _RouteStats:
         return best, best_len
 
     def lower_rate(self, depth: int) -> float:
+        """(expected accepted + 1) / cost of a round below. Untimed: verified at ``depth`` nodes,
+        drafted at ``draft_cost`` a forward. Timed: verified at the mean nodes of its drafts
+        (prior ``depth``), drafted at its mean measured seconds over the measured plain step
+        (prior ``draft_cost`` a forward), each from a prior worth ``prior_weight`` rounds."""
         p, w = self.prices, self.prices.prior_weight
         accepted = (self.low_sum + w * p.prior_accepted) / (self.low_n + w)
         forwards = (self.low_forwards + w * (p.prior_accepted + 1)) / (self.low_n + w)
-        return (accepted + 1) / (self.verify_cost(depth + 1) + p.draft_cost * forwards)
+        step = self.step_seconds() if self.timed else None
+        if step is None:
+            return (accepted + 1) / (self.verify_cost(depth + 1) + p.draft_cost * forwards)
+        nodes = (self.low_nodes + w * depth) / (self.low_n + w)
+        draft = (self.low_s / step + w * p.draft_cost * (p.prior_accepted + 1)) / (self.low_n + w)
+        return (accepted + 1) / (self._cost(nodes + 1) + draft)
 
-    def record(self, route: tuple[str, int, int], accepted: int, forwards: float) -> None:
+    def _cost(self, rows: float) -> float:
+        """``verify_cost`` at a fractional row count (linear between its neighbours)."""
+        lo = max(1, int(rows))
+        f = rows - lo
+        return self.verify_cost(lo) * (1 - f) + self.verify_cost(lo + 1) * f if f else self.verify_cost(lo)
+
+    def plain_rate(self) -> float:
+        """One token for one plain step."""
+        return 1 / self.verify_cost(1)
+
+    def observe_target(self, seconds: float, rows: int) -> None:
+        """A timed target call that verified ``rows`` rows (the widest row's)."""
+        self.verify_s += seconds
+        self.verify_units += self.verify_cost(rows)
+
+    def record(self, route: tuple[str, int, int], accepted: int, forwards: float, seconds: float = 0.0) -> None:
+        """One row's round: ``route`` (kind, match, tokens offered), what was accepted, the
+        forwards and seconds of the level below that round."""
         kind, match, offered = route
         if kind == "copy":
             b = min(match, MATCH_BUCKETS)
@@ -152,6 +202,8 @@ class _RouteStats:
             self.low_sum += accepted
             self.low_forwards += forwards
             self.low_n += 1
+            self.low_s += seconds
+            self.low_nodes += offered
 
 
 class BypassDrafter(Drafter):
@@ -165,18 +217,27 @@ class BypassDrafter(Drafter):
         miss_below: int = 0,
         prices: RoutePrices | None = None,
         cost_curve: bool = False,
+        timed: bool = False,
     ) -> None:
+        if timed and prices is None:
+            raise ValueError(f"{name}: timed routing prices each round; give it prices (RoutePrices())")
         self.lower, self.k, self.min_match, self.max_match, self.name = lower, k, min_match, max_match, name
         self.miss_below = miss_below
         self.prices = prices
         self.cost_curve = cost_curve
         """The job hands this router the target's calibrated cost curve (``use_step_curve``)."""
         self._stats = _RouteStats(prices) if prices is not None else None
+        self.timed = timed
+        """Costs from measured seconds, and the plain step priced as a third proposal."""
+        if self._stats is not None:
+            self._stats.timed = timed
+        self._since_lower = 0  # rounds since the level below last drafted (timed: its exploration)
+        self._round_seconds = 0.0  # seconds of the level below's draft in the last round
         self._routes: list[tuple[str, int, int]] = []  # per row: ("copy", match, length) / ("lower", 0, 0)
         self._round_forwards = (
             0.0  # forwards of the level below in the last round (one batched forward serves every row)
         )
-        self.decisions = {"copy": 0, "lower": 0}
+        self.decisions = {"copy": 0, "lower": 0, "plain": 0}
         """Rounds and rows routed each way (the priced router's log; the rule counts too)."""
         self.calls = 0
         self.seconds = 0.0
@@ -186,6 +247,7 @@ class BypassDrafter(Drafter):
     def reset(self, batch_size: int) -> None:
         self._copied, self._cold = [False] * batch_size, [False] * batch_size
         self._routes = []
+        self._since_lower = 0
         super().reset(batch_size)
 
     def keep_rows(self, rows: list[int]) -> None:
@@ -199,7 +261,11 @@ class BypassDrafter(Drafter):
             self._cold = [c and a < self.miss_below for c, a in zip(self._copied, accepted)]
         if self._stats is not None and len(self._routes) == len(accepted):
             for route, a in zip(self._routes, accepted):
-                self._stats.record(route, a, self._round_forwards)
+                self._stats.record(route, a, self._round_forwards, self._round_seconds)
+
+    def observe_round(self, verify_seconds: float, rows: int) -> None:
+        if self.timed and self._stats is not None:
+            self._stats.observe_target(verify_seconds, rows)
 
     def use_step_curve(self, curve: tuple[float, ...]) -> None:
         """Price verifications by ``curve`` (T(n) / T(1), n = 1..len: the target's calibrated
@@ -229,17 +295,28 @@ class BypassDrafter(Drafter):
             out.append((list(ctx[end : end + self.k]), length) if length else ([], 0))
         return out
 
-    def _priced_copies(self, contexts: list[list[int]]) -> list[list[int]]:
+    def _priced_copies(self, contexts: list[list[int]]) -> list[list[int] | None]:
         """Per row, the copy cut to its best-priced length where that prices above the level
-        below's draft, else []."""
+        below's draft (and, timed, above a plain step), [] for the level below, None (timed) for
+        no draft."""
         below = self.lower.max_depth if self.lower is not None else 0
         lower_rate = self._stats.lower_rate(below) if self.lower is not None else 0.0
-        out, self._routes = [], []
+        plain = self.timed and max(lower_rate, 0.0) < self._stats.plain_rate()
+        if plain and self.lower is not None and self._since_lower + 1 >= self._stats.prices.explore > 0:
+            plain = False  # explore: try the level below again
+        out: list[list[int] | None] = []
+        self._routes = []
         for cont, match in self._matches(contexts, 1):
             rate, cut = self._stats.copy_offer(match, len(cont)) if cont else (0.0, 0)
-            copy = bool(cont) and rate > lower_rate
-            out.append(cont[:cut] if copy else [])
-            self._routes.append(("copy", match, cut) if copy else ("lower", 0, 0))
+            if cont and rate > lower_rate and (not plain or rate > self._stats.plain_rate()):
+                out.append(cont[:cut])
+                self._routes.append(("copy", match, cut))
+            elif plain:
+                out.append(None)
+                self._routes.append(("plain", 0, 0))
+            else:
+                out.append([])
+                self._routes.append(("lower", 0, 0))
         return out
 
     def propose(self, contexts: list[list[int]], features: list[torch.Tensor] | None = None) -> list[DraftTree]:
@@ -247,7 +324,7 @@ class BypassDrafter(Drafter):
         self.calls += 1
         copies = self.copies(contexts) if self._stats is None else self._priced_copies(contexts)
         if self.miss_below and self.lower is not None and len(self._cold) == len(contexts):
-            copies = [[] if cold else cont for cont, cold in zip(copies, self._cold)]
+            copies = [[] if cold and c is not None else c for c, cold in zip(copies, self._cold)]
         self._copied = [bool(c) for c in copies]
         self.seconds += time.perf_counter() - t0
         trees: list[DraftTree | None] = [None] * len(contexts)
@@ -258,15 +335,20 @@ class BypassDrafter(Drafter):
                 for tok in cont:
                     node = tree.add(tok, node, None, self.name)
                 trees[b] = tree
-        self._round_forwards = 0.0
-        if self.lower is not None and any(t is None for t in trees):
+        self._round_forwards = self._round_seconds = 0.0
+        if self.lower is not None and any(c == [] for c in copies):
             calls = self.lower.forward_stats()[1]
+            t1 = time.perf_counter()
             lowered = self.lower.propose(contexts, features)
+            self._round_seconds = time.perf_counter() - t1
             self._round_forwards = float(self.lower.forward_stats()[1] - calls)
-            for b, tree in enumerate(trees):
-                if tree is None:
+            for b, cont in enumerate(copies):
+                if cont == []:
                     lowered[b].owner = self.lower.name
                     trees[b] = lowered[b]
+                    if self._routes:
+                        self._routes[b] = ("lower", 0, len(lowered[b].tokens))
+        self._since_lower = 0 if any(c == [] for c in copies) else self._since_lower + 1
         for cont in copies:
-            self.decisions["copy" if cont else "lower"] += 1
+            self.decisions["plain" if cont is None else "copy" if cont else "lower"] += 1
         return [t if t is not None else DraftTree() for t in trees]

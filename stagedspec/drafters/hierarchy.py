@@ -184,7 +184,9 @@ class BypassLevel:
     miss_below: int = 0
     route: str = "rule"
     """"rule": copy when the match is at least ``min_match`` tokens; "priced": each round to
-    the proposal with the higher expected tokens per unit of target time (``RoutePrices``)."""
+    the proposal with the higher expected tokens per unit of target time (``RoutePrices``);
+    "timed": the same in measured seconds, with a plain step (no draft) as a third proposal
+    (``drafters/bypass.py``)."""
     prices: Any = None
     """With route=priced: ``RoutePrices`` fields to change (row_cost, draft_cost,
     prior_weight, prior_accepted); None: its defaults."""
@@ -194,12 +196,12 @@ class BypassLevel:
     routes = True  # a router: the level below it still drafts for the target (takes `tree`)
 
     def route_prices(self) -> RoutePrices | None:
-        return RoutePrices(**dict(self.prices or {})) if self.route == "priced" else None
+        return RoutePrices(**dict(self.prices or {})) if self.route in ("priced", "timed") else None
 
     def validate(self) -> None:
         _check_k(self.name, self.k)
-        if self.route not in ("rule", "priced"):
-            raise ValueError(f"level {self.name!r}: route must be 'rule' or 'priced', got {self.route!r}")
+        if self.route not in ("rule", "priced", "timed"):
+            raise ValueError(f"level {self.name!r}: route must be 'rule', 'priced' or 'timed', got {self.route!r}")
         known = {f.name for f in dataclasses.fields(RoutePrices)}
         for key, value in dict(self.prices or {}).items():
             if key not in known:
@@ -225,6 +227,7 @@ class BypassLevel:
             miss_below=self.miss_below,
             prices=self.route_prices(),
             cost_curve=self.cost_curve,
+            timed=self.route == "timed",
         )
 
 

@@ -178,6 +178,7 @@ class SpeculativeDecoder:
                 on_round(i, new, origin, stats, results[i].finished_reason)
         if self.drafter is not None:
             self.drafter.feedback(accepted)
+            self.drafter.observe_round(t2 - t1, n_max)
         if len(keep) < len(active):
             self.kv.keep_rows(keep)
             if features is not None:

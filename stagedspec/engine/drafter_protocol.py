@@ -68,6 +68,10 @@ class Drafter(ABC):
         """How many of each row's draft tokens the level above accepted (HF's
         ``update_candidate_strategy``); a hook for adaptive drafters."""
 
+    def observe_round(self, verify_seconds: float, rows: int) -> None:
+        """The round's target call, after ``feedback``: its seconds and the rows it scored for the
+        widest batch row (tail + draft nodes); a hook for routers that price rounds in seconds."""
+
     def keep_rows(self, rows: list[int]) -> None:
         if self.lower is not None:
             self.lower.keep_rows(rows)

@@ -142,7 +142,7 @@ def our_methods(target, files: dict[str, Path], k: int, tree: str | None, lower_
     return made, skipped
 
 
-LEVEL_KINDS = ("lookup", "ngram", "small", "fr", "q4", "copy", "route", "priced")
+LEVEL_KINDS = ("lookup", "ngram", "small", "fr", "q4", "copy", "route", "priced", "timed")
 MODEL_KINDS = ("small", "fr", "q4")  # the packaged draft model, as it is / pruned head / 4-bit at few rows
 INT4_ROWS = 2
 """``q4``: the draft's forwards of up to this many rows take 4-bit weights (``KernelChoice.int4_rows``)."""
@@ -159,7 +159,8 @@ def parse_ours(spec: str) -> dict[str, list[tuple[str, list[int]]]]:
     (``stop_below`` = P / 100, k the cap), ``q4:k:P:A`` also offering its A next-best tokens beside
     the pick that stopped it (``stop_alternatives``), ``copy:k:min_match[:miss_below]`` the bypass level,
     ``route:k`` the bypass level's priced router (``RoutePrices``' defaults), ``priced:k`` the same
-    pricing verifications by the target's calibrated cost curve (``pair_methods``' ``curve``);
+    pricing verifications by the target's calibrated cost curve (``pair_methods``' ``curve``), ``timed:k``
+    the priced router in measured seconds with a plain step as a third proposal (on the curve's shape);
     ``ar`` is plain decoding.
     Name -> levels."""
     out = {}
@@ -183,7 +184,7 @@ def parse_ours(spec: str) -> dict[str, list[tuple[str, list[int]]]]:
             ):
                 raise SystemExit(
                     f"--ours: bad level {part!r} in {item!r}; valid: ar, lookup:K, ngram:K[:MIN_TOP_PERCENT], "
-                    f"small:K[:STOP_PERCENT[:ALTS]], fr:..., q4:... (STOP_PERCENT 1-99, ALTS 1-8), copy:K[:MIN_MATCH[:MISS_BELOW]], route:K, priced:K, joined "
+                    f"small:K[:STOP_PERCENT[:ALTS]], fr:..., q4:... (STOP_PERCENT 1-99, ALTS 1-8), copy:K[:MIN_MATCH[:MISS_BELOW]], route:K, priced:K, timed:K, joined "
                     f"by '>' lowest first (e.g. ngram:4>small:8>copy:24:8, ngram:4>small:16:40)"
                 )
             levels.append((kind, [int(n) for n in nums]))
@@ -196,8 +197,10 @@ def pair_methods(target, small, spec: str, curve: tuple[float, ...] = ()) -> dic
     ``curve``: the target's T(n) / T(1) that ``priced:k`` routes by (``KernelChoice.step_curve``)."""
     V = target.vocab_size
     kinds = {kind for levels in parse_ours(spec).values() for kind, _ in levels}
-    if "priced" in kinds and not curve:
-        raise SystemExit("--ours: priced:K needs the target's calibrated cost curve (--kernels fast); use route:K")
+    if {"priced", "timed"} & kinds and not curve:
+        raise SystemExit(
+            "--ours: priced:K and timed:K need the target's calibrated cost curve (--kernels fast); use route:K"
+        )
     fr_model = None
     if "fr" in kinds:
         fr_model = pruned_copy(small.model, head_subset(small, 32768))
@@ -220,9 +223,10 @@ def pair_methods(target, small, spec: str, curve: tuple[float, ...] = ()) -> dic
                         int4_rows=INT4_ROWS if kind == "q4" else 0,
                         stop_alternatives=nums[2] if len(nums) > 2 else 0,
                     )
-                elif kind in ("route", "priced"):
-                    d = BypassDrafter(d, k=nums[0], min_match=1, name="copy", prices=RoutePrices())
-                    if kind == "priced":
+                elif kind in ("route", "priced", "timed"):
+                    timed = kind == "timed"
+                    d = BypassDrafter(d, k=nums[0], min_match=1, name="copy", prices=RoutePrices(), timed=timed)
+                    if kind in ("priced", "timed"):
                         d.use_step_curve(curve)
                 else:
                     d = BypassDrafter(

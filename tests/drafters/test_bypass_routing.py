@@ -75,7 +75,7 @@ def test_the_priced_router_sends_the_round_with_more_tokens_per_cost_by_hand():
         routes.append(_tokens(d.propose(ctx)[0]))
         d.feedback([1] if routes[-1] == [99] else [0])
     assert routes == [[3, 4, 1], [3, 4], [99], [99]]
-    assert d.decisions == {"copy": 2, "lower": 2}
+    assert d.decisions == {"copy": 2, "lower": 2, "plain": 0}
     assert abs(d._stats.copy_alpha(2) - 0.4) < 1e-12
     rate, cut = d._stats.copy_offer(2, 3)
     assert cut == 2 and abs(rate - 1.56 / 1.3) < 1e-12
@@ -162,3 +162,98 @@ def test_a_step_curve_that_falls_or_does_not_start_at_one_is_refused():
     for bad in ((1.0, 2.0, 1.5), (2.0, 3.0)):
         with pytest.raises(ValueError, match="starts at 1 and never falls"):
             d.use_step_curve(bad)
+
+
+# --------------------------------------------------------------------------- the timed router
+def test_timed_prices_by_hand():
+    """row_cost 0.1, draft_cost 0.5, prior_weight 1, prior_accepted 2. Untimed, the level below
+    (depth 1) prices (2 + 1) / (1 + 0.1 * 2 + 0.5 * 3) = 3 / 2.7. Target calls of 0.3 s at 1 row
+    and 0.6 s at 5 rows cost 1.1 + 1.5 = 2.6 steps: a step is 0.9 / 2.6 s. A round below that
+    accepted 2 of 3 nodes in 0.2 s: accepted (2 + 2) / 2 = 2, nodes (3 + 1) / 2 = 2, draft
+    (0.2 / step + 0.5 * 3) / 2 steps, verified at T(3) = 1.3: 3 / (1.3 + draft). Nodes 2.5 would
+    be verified at T(3.5) = (1.3 + 1.4) / 2. A plain step: 1 / 1.1."""
+    from stagedspec.drafters.bypass import _RouteStats
+
+    s = _RouteStats(PRICES)
+    s.timed = True
+    assert s.step_seconds() is None and abs(s.lower_rate(1) - 3 / 2.7) < 1e-12
+    s.observe_target(0.3, 1)
+    s.observe_target(0.6, 5)
+    step = 0.9 / 2.6
+    assert abs(s.step_seconds() - step) < 1e-12
+    s.record(("lower", 0, 3), accepted=2, forwards=4, seconds=0.2)
+    draft = (0.2 / step + 0.5 * 3) / 2
+    assert abs(s.lower_rate(1) - 3 / (1.3 + draft)) < 1e-12
+    assert abs(s._cost(3.5) - 1.35) < 1e-12 and s._cost(3.0) == s.verify_cost(3)
+    assert abs(s.plain_rate() - 1 / 1.1) < 1e-12
+    s.timed = False  # untimed, the same records price as before: forwards at draft_cost, depth's nodes
+    assert abs(s.lower_rate(1) - (2 + 1) / (1.2 + 0.5 * 3.5)) < 1e-12
+
+
+def test_the_timed_router_drafts_nothing_when_no_draft_pays_and_explores_below():
+    """Below priced (1 + 1) / (1.2 + 5 * 2) = 0.18 (a 100-round prior: it stays there) under a
+    plain step's 1 / 1.1: a context with no earlier match drafts nothing, except once the level
+    below has sat out two rounds, when it goes below; a 1-token match's copy (0.5 + 0.25 + 1) / 1.3 = 1.35 is
+    still sent. The untimed priced router would send the round below."""
+    prices = RoutePrices(row_cost=0.1, draft_cost=5.0, prior_weight=100.0, prior_accepted=1.0, explore=3)
+    below = BelowOne()
+    d = BypassDrafter(below, k=3, prices=prices, timed=True)
+    untimed = BypassDrafter(BelowOne(), k=3, prices=prices)
+    for x in (d, untimed):
+        x.reset(1)
+    none, match = [[1, 2, 3]], [[5, 6, 5]]
+    routes = []
+    for _ in range(5):
+        routes.append(_tokens(d.propose(none)[0]))
+        d.feedback([0])
+    assert routes == [[], [], [99], [], []] and below.calls == 1
+    assert _tokens(d.propose(match)[0]) == [6, 5]
+    assert d.decisions == {"copy": 1, "lower": 1, "plain": 4}
+    assert _tokens(untimed.propose(none)[0]) == [99]
+    with pytest.raises(ValueError, match="timed routing prices each round"):
+        BypassDrafter(BelowOne(), k=3, timed=True)
+
+
+def _timed_router(lower, explore: int = 3, row_cost: float = 0.02):
+    """Priors that make the level below too dear (a 1000-round prior), so plain steps, copies on
+    matches and, after ``explore`` - 1 rounds without it, the level below all happen (a dear row,
+    ``row_cost``, keeps copies to long matches)."""
+    prices = RoutePrices(row_cost=row_cost, draft_cost=3.0, prior_weight=1000.0, explore=explore)
+    return BypassDrafter(lower, k=6, min_match=2, prices=prices, timed=True)
+
+
+def test_greedy_output_with_the_timed_router_equals_plain_decoding():
+    from stagedspec.drafters import KatzNgramDrafter, ModelDrafter
+    from stagedspec.engine.decoding import SpeculativeDecoder
+    from stagedspec.engine.sampling import SamplingConfig
+    from stagedspec.models.model_loading import truncated_copy
+
+    from tests.helpers import tiny_target
+    from tests.oracles import N_NEW, hf_reference, tiny_prompts
+
+    target = tiny_target()
+    small = ModelDrafter(truncated_copy(target, 1).model, k=3, lower=KatzNgramDrafter(target.vocab_size, k=2))
+    d = _timed_router(small)
+    out = SpeculativeDecoder(target.model, d, SamplingConfig()).generate(tiny_prompts(3), N_NEW)
+    assert [s.output_ids for s in out.sequences] == [list(r) for r in hf_reference(3)]
+    assert min(d.decisions.values()) > 0, d.decisions  # all three routes taken
+    assert d._stats.step_seconds() > 0 and d._stats.low_n == d.decisions["lower"]
+
+
+def test_sampled_output_with_the_timed_router_has_the_targets_distribution():
+    """test_sampling_exact's chi-square (same N and critical values) with its staged draft under
+    a timed bypass that takes all three routes (rows cost 2 steps each, so copies follow only
+    matches of 3 or more; the level below every other round). Measured: 37.0 / 155.5 against
+    64.1 / 84.8 with a mutant that verifies the rounds below against a flattened q, (q + mean) / 2
+    (dropping q is no such mutant: a point-mass verification is exact whatever picked the token)."""
+    from tests.oracles import T1, staged_drafter, statistics
+
+    made = []
+
+    def factory():
+        made.append(_timed_router(staged_drafter(), explore=2, row_cost=2.0))
+        return made[-1]
+
+    for pair, stat, df, crit in statistics(factory, T1):
+        assert stat < crit, f"{pair}: chi2={stat:.1f} df={df} crit={crit:.1f}"
+    assert all(sum(d.decisions[k] for d in made) > 0 for k in ("copy", "lower", "plain"))
