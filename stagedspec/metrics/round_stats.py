@@ -233,6 +233,8 @@ class _Totals:
     provenance: Counter[str] = field(default_factory=Counter)
     drafters: Counter[str] = field(default_factory=Counter)
     """Rounds per level whose draft the target verified (``RoundStats.drafter``)."""
+    undrafted: int = 0
+    """Rounds of a speculative run that drafted nothing (a timed router's plain steps)."""
     emitted: int = 0
     positions: int = 0
     padding: int = 0
@@ -258,6 +260,8 @@ class _Totals:
                 t.accepted.update(r.accepted)
                 if r.drafter is not None:
                     t.drafters[r.drafter] += 1
+                elif s.draft_level is not None and not r.tree_nodes:
+                    t.undrafted += 1
                 t.emitted += r.emitted
                 t.positions += r.target_positions
                 t.padding += r.padding_positions
@@ -307,6 +311,8 @@ def summarize(sequences: list[SequenceResult]) -> dict[str, float]:
     drafted_rounds = sum(t.drafters.values())
     for level, n in t.drafters.items():  # a router's decisions: the share of drafted rounds each level drafted
         out[f"routed/{level}"] = n / drafted_rounds
+    if t.undrafted:
+        out["undrafted_rounds"] = t.undrafted / t.rounds
     return out
 
 

@@ -238,6 +238,8 @@ def test_greedy_output_with_the_timed_router_equals_plain_decoding():
     assert [s.output_ids for s in out.sequences] == [list(r) for r in hf_reference(3)]
     assert min(d.decisions.values()) > 0, d.decisions  # all three routes taken
     assert d._stats.step_seconds() > 0 and d._stats.low_n == d.decisions["lower"]
+    rounds = sum(len(s.rounds) for s in out.sequences)  # each row's plain steps, logged as undrafted rounds
+    assert out.summary()["undrafted_rounds"] * rounds == pytest.approx(d.decisions["plain"])
 
 
 def test_sampled_output_with_the_timed_router_has_the_targets_distribution():

@@ -362,3 +362,18 @@ def test_routed_shares_count_the_level_each_draft_came_from():
         s.record(r)
     out = summarize([s])
     assert out["routed/copy"] == pytest.approx(1 / 3) and out["routed/small"] == pytest.approx(2 / 3)
+
+
+def test_undrafted_rounds_count_a_routers_plain_steps_and_not_plain_decoding():
+    """Five rounds of a speculative run, two of them without a draft (a timed router's plain
+    steps): undrafted_rounds = 2/5; plain decoding (no draft level) logs none."""
+    from stagedspec.metrics.round_stats import summarize
+
+    s, ar = SequenceResult(prompt_ids=[1], draft_level="copy"), SequenceResult(prompt_ids=[1])
+    for k in (3, 0, 3, 0, 2):
+        r = _round(0, False, 1, k=k)
+        r.drafter = "copy" if k else None
+        s.record(r)
+        ar.record(_round(0, False, 1, k=0))
+    assert summarize([s])["undrafted_rounds"] == pytest.approx(2 / 5)
+    assert "undrafted_rounds" not in summarize([ar])
