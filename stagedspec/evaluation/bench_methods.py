@@ -19,6 +19,7 @@ from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.tree import TreeShape
 from stagedspec.models.draft_files import load_draft, standalone_causal_lm
 from .bench_log import RunFn
+from .job import price_by_curve
 from .bench_table import REFERENCE
 
 
@@ -47,11 +48,15 @@ def hf_generate(
 
 
 def ours_fn(target, make, sampling, eos, plan, kv=None) -> RunFn:
-    """One of our methods: a fresh drafter from ``make`` each run; ``kv``: the target's cache
-    if not its torch model's (``LlamaCppKV``)."""
+    """One of our methods: a fresh drafter from ``make`` each run, its curve-priced routers on
+    ``plan``'s cost curve where it has one (``peers.py``: the native target's its own; llama.cpp's
+    forward has no calibrated curve, so a router there prices on the torch plan's shape, scaled by
+    its measured seconds when timed); ``kv``: the target's cache if not its torch model's (``LlamaCppKV``)."""
 
     def run(prompts, n, seed):
-        res = SpeculativeDecoder(target.model, make(), replace(sampling, seed=seed), eos, plan=plan, kv=kv).generate(
+        drafter = make()
+        price_by_curve(drafter, plan.step_curve)
+        res = SpeculativeDecoder(target.model, drafter, replace(sampling, seed=seed), eos, plan=plan, kv=kv).generate(
             prompts, n
         )
         s = res.summary()
@@ -225,7 +230,15 @@ def pair_methods(target, small, spec: str, curve: tuple[float, ...] = ()) -> dic
                     )
                 elif kind in ("route", "priced", "timed"):
                     timed = kind == "timed"
-                    d = BypassDrafter(d, k=nums[0], min_match=1, name="copy", prices=RoutePrices(), timed=timed)
+                    d = BypassDrafter(
+                        d,
+                        k=nums[0],
+                        min_match=1,
+                        name="copy",
+                        prices=RoutePrices(),
+                        timed=timed,
+                        cost_curve=kind != "route",
+                    )
                     if kind in ("priced", "timed"):
                         d.use_step_curve(curve)
                 else:

@@ -172,10 +172,7 @@ def test_timed_prices_by_hand():
     accepted 2 of 3 nodes in 0.2 s: accepted (2 + 2) / 2 = 2, nodes (3 + 1) / 2 = 2, draft
     (0.2 / step + 0.5 * 3) / 2 steps, verified at T(3) = 1.3: 3 / (1.3 + draft). Nodes 2.5 would
     be verified at T(3.5) = (1.3 + 1.4) / 2. A plain step: 1 / 1.1."""
-    from stagedspec.drafters.bypass import _RouteStats
-
-    s = _RouteStats(PRICES)
-    s.timed = True
+    s = BypassDrafter(BelowOne(), k=3, prices=PRICES, timed=True)._stats
     assert s.step_seconds() is None and abs(s.lower_rate(1) - 3 / 2.7) < 1e-12
     s.observe_target(0.3, 1)
     s.observe_target(0.6, 5)

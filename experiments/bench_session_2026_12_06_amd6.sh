@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The README's results once the native target (target.weights=gguf_native) and the timed router
+# (levels.copy.route=timed) became the defaults, on a 2-core AMD EPYC (AVX-512 BF16/VNNI, no AMX), nothing
+# else running: bench_session_2026_12_06_amd5.sh's HumanEval run (ours on torch's 4-bit path, on the native
+# kernel and on llama.cpp, HF's three, interleaved per prompt on the first 6 HumanEval test problems, 96
+# tokens, T = 0) with the staged default under both routers; llama.cpp's own programs on the same GGUFs and
+# prompts; then, on the native target only, the first 6 MT-bench test first turns at T = 0 and the 6 HumanEval
+# problems at T = 0.7. LLAMA_BIN: llama.cpp's build/bin, with the bindings importable (docs/llama-cpp.md).
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+. .venv/bin/activate
+export TQDM_DISABLE=1
+lscpu | grep "Model name"; date -u
+staged="ngram:1:30>q4:12:50:2>timed:24,ngram:1:30>q4:12:50:2>route:24"
+common=(--target qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b --dtype bfloat16 --split test --prompts 6
+        --max-new-tokens 96 --repeats 1 --batch-sizes 1 --no-figure --tracking-uri none)
+python experiments/peers.py "${common[@]}" --data humaneval --temperature 0 \
+  --weights gguf_q4,gguf_native,llama_cpp --hf-methods hf,hf_assisted,hf_prompt_lookup --prompt-lookup 10 --assistant-tokens 0 \
+  --ours "ar,copy:16:3,q4:12:50:2,$staged" --out docs/peers/v14-amd-humaneval-t0 || exit 1
+date -u
+python experiments/llama_cpp_peer.py --bin "$LLAMA_BIN" --split test --prompts 6 \
+  --modes plain,ngram-simple,ngram-mod,draft-simple:16:0.75 --max-new-tokens 96 \
+  --json docs/peers/v14-amd-llama-cpp-humaneval-t0.json
+date -u
+python experiments/peers.py "${common[@]}" --data mt_bench --temperature 0 --weights gguf_native --hf-methods none \
+  --ours "ar,copy:16:3,q4:12:50:2,$staged" --out docs/peers/v14-amd-mtbench-t0
+date -u
+python experiments/peers.py "${common[@]}" --data humaneval --temperature 0.7 --weights gguf_native --hf-methods none \
+  --ours "ar,copy:16:3,q4:12:50:2,$staged" --out docs/peers/v14-amd-humaneval-t07
+date -u
