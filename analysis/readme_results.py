@@ -33,7 +33,7 @@ SOURCES = {
     "peers": "docs/peers/v13-amd-humaneval-t0/results.json",
     "llama_cpp": "docs/peers/v13-amd-llama-cpp-humaneval-t0.json",
     "step_curve": "docs/bench/step-curve-2026-12-06-amd-native-cols.json",
-    "main_command": "docs/main-command/2026-12-06-amd",
+    "main_command": "docs/main-command/2026-12-06-amd-native",
     "paper": "docs/paper/2026-12-06",
 }
 """Block sources, relative to the repository root. A new measurement is a new dated file; point
