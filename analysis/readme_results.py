@@ -30,17 +30,21 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
 SOURCES = {
-    "peers": "docs/peers/v13-amd-humaneval-t0/results.json",
-    "llama_cpp": "docs/peers/v13-amd-llama-cpp-humaneval-t0.json",
-    "step_curve": "docs/bench/step-curve-2026-12-06-amd-native-cols.json",
+    "peers": "docs/peers/v14-amd-humaneval-t0/results.json",
+    "llama_cpp": "docs/peers/v14-amd-llama-cpp-humaneval-t0.json",
+    "peers_mtbench": "docs/peers/v14-amd-mtbench-t0/results.json",
+    "peers_t07": "docs/peers/v14-amd-humaneval-t07/results.json",
+    "step_curve": "docs/bench/step-curve-2026-12-06-amd-v14.json",
     "main_command": "docs/main-command/2026-12-06-amd-native",
     "paper": "docs/paper/2026-12-06",
 }
 """Block sources, relative to the repository root. A new measurement is a new dated file; point
 the entry at it and run the module to rewrite the README."""
 
-STAGED = "ngram:1:30>q4:12:50:2>route:24"
-"""The staged default since the priced router became it (``conf/drafter/bypass.yaml``)."""
+STAGED = "ngram:1:30>q4:12:50:2>timed:24"
+"""The staged default since the timed router became it (``conf/drafter/bypass.yaml``)."""
+PRICED = "ngram:1:30>q4:12:50:2>route:24"
+"""The staged default before: the router priced in target steps on linear prices."""
 LOOKUP = "copy:16:3"
 SMALL = "q4:12:50:2"
 ON_LLAMA = "@llama_cpp"
@@ -119,6 +123,7 @@ def render_results(root: Path = ROOT) -> str:
         row(f"ours, prompt lookup → target (`{LOOKUP}`)", LOOKUP),
         row(f"ours, 4-bit 0.5B → target (`{SMALL}`)", SMALL),
         row(f"**ours, staged default** (`{STAGED}`)", STAGED, bold=True),
+        row(f"ours, staged, the router before (`{PRICED}`)", PRICED),
     ]
     t = {(w, n): step_ms(curve, w, n) for w in ("gguf_q4", "gguf_native", "llama_cpp") for n in (1, 4, 16)}
     native_mb = curve["bytes"]["gguf_native"] / 1e6
@@ -142,11 +147,38 @@ def render_results(root: Path = ROOT) -> str:
         f"{t['gguf_native', 1]:.0f} / {t['gguf_native', 4]:.0f} / {t['gguf_native', 16]:.0f}, 4-bit "
         f"{t['gguf_q4', 1]:.0f} / {t['gguf_q4', 4]:.0f} / {t['gguf_q4', 16]:.0f}.",
         f"- The staged default: {staged}; llama.cpp's best is `{cpp_best_mode}` ({cpp[cpp_best_mode]:.1f}).",
+        render_native_sets(root),
         f"- Outputs that differ from HF bf16 greedy (of {ours['ar']['prompts']}; plain, lookup, 0.5B, staged): "
         + "; ".join(f"{n} {', '.join(map(str, differ[b]))}" for n, b in zip(("4-bit", "native", "llama.cpp"), backends))
         + " (the last two: the file's own blocks, 8-bit activations).",
     ]
     return "\n".join(lines)
+
+
+def render_native_sets(root: Path = ROOT) -> str:
+    """One line: the native target on MT-bench first turns at T = 0 and on HumanEval at T = 0.7
+    (``SOURCES`` peers_mtbench, peers_t07: ``peers.py --weights gguf_native``, one backend)."""
+    sets = {name: peers_overall(_load(name, root)) for name in ("peers_mtbench", "peers_t07")}
+
+    def rates(m):
+        return " / ".join(
+            f"{ours[m].get('decode_tokens_per_s') or ours[m]['tokens_per_s']:.1f}" for ours in sets.values()
+        )
+
+    def best_two(ours):
+        tps = {m: ours[m].get("decode_tokens_per_s") or ours[m]["tokens_per_s"] for m in (LOOKUP, SMALL, STAGED)}
+        return _x(tps[STAGED], max(tps[LOOKUP], tps[SMALL]))
+
+    links = ", ".join(
+        f"[{label}]({SOURCES[n].replace('results.json', 'table.md')})"
+        for label, n in (("MT-bench", "peers_mtbench"), ("T = 0.7", "peers_t07"))
+    )
+    return (
+        f"- The native target alone ({links}), decode tok/s on the first 6 MT-bench test first turns at T = 0 / the "
+        f"same 6 HumanEval problems at T = 0.7 (seed 0): plain {rates('ar')}, prompt lookup {rates(LOOKUP)}, the 0.5B "
+        f"{rates(SMALL)}, the staged default {rates(STAGED)} ({' / '.join(best_two(o) for o in sets.values())} its best "
+        f"two-level ablation), the router before {rates(PRICED)}."
+    )
 
 
 def _timing(name: str, root: Path) -> dict:

@@ -28,3 +28,6 @@ date -u
 python experiments/peers.py "${common[@]}" --data humaneval --temperature 0.7 --weights gguf_native --hf-methods none \
   --ours "ar,copy:16:3,q4:12:50:2,$staged" --out docs/peers/v14-amd-humaneval-t07
 date -u
+python experiments/bench_step_curve.py --native --llama-cpp --repeats 5 --rows 1,2,3,4,6,8,12,16,17,24,32 \
+  --out docs/bench/step-curve-2026-12-06-amd-v14.md
+date -u
