@@ -607,3 +607,21 @@ def test_the_llama_cpp_backend_is_refused_before_loading_when_it_cannot_run(hydr
         "+drafter@levels.feat=feature",
     )
     assert "returns no hidden states" in msg
+
+
+def test_device_cuda_alone_turns_the_cpu_only_defaults_off(hydra_ctx, monkeypatch, no_model_loads):
+    """The packaged pair's CPU-only settings follow ``device`` (``${cpu_else:...}``): on cuda the
+    target's weights are dense and the 0.5B has no 4-bit rows, and that validates (CUDA faked);
+    set by hand on cuda they are still refused, naming the fix."""
+    import torch
+
+    cpu = make()
+    assert cpu.target.weights == "gguf_native" and cpu.levels.small.int4_rows == 2
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    cuda = make("device=cuda")
+    assert cuda.target.weights == "dense" and cuda.levels.small.int4_rows == 0
+    validate_cfg(cuda)
+    with pytest.raises(ConfigError, match=r"weights='gguf_native'.*'cuda'.*set weights=dense"):
+        validate_cfg(make("device=cuda", "target.weights=gguf_native"))
+    with pytest.raises(ConfigError, match=r"int4_rows=2 runs a CPU kernel only.*set int4_rows=0"):
+        validate_cfg(make("device=cuda", "levels.small.int4_rows=2"))
