@@ -63,6 +63,11 @@ def peers_overall(results: dict) -> dict[str, dict]:
     return {row["method"]: row for row in results["tables"]["overall"]}
 
 
+def rate(row: dict) -> float:
+    """A peers row's tokens/s: its decode rate where the run recorded the prefill, else whole."""
+    return row.get("decode_tokens_per_s") or row["tokens_per_s"]
+
+
 def llama_rates(llama: dict) -> dict[str, float]:
     """tokens/s per llama.cpp mode as a ratio of totals over the run's prompts (plain decoding
     reports only a rate per prompt: its seconds are tokens / rate)."""
@@ -95,7 +100,7 @@ def render_results(root: Path = ROOT) -> str:
     backends = ("", NATIVE, ON_LLAMA)  # torch's 4-bit path, the GGUF-native kernel, llama.cpp
 
     def tps(m):
-        return ours[m].get("decode_tokens_per_s") or ours[m]["tokens_per_s"]
+        return rate(ours[m])
 
     def call_ms(m):
         return 1000 * ours[m]["s_per_target_call"]
@@ -161,13 +166,10 @@ def render_native_sets(root: Path = ROOT) -> str:
     sets = {name: peers_overall(_load(name, root)) for name in ("peers_mtbench", "peers_t07")}
 
     def rates(m):
-        return " / ".join(
-            f"{ours[m].get('decode_tokens_per_s') or ours[m]['tokens_per_s']:.1f}" for ours in sets.values()
-        )
+        return " / ".join(f"{rate(ours[m]):.1f}" for ours in sets.values())
 
     def best_two(ours):
-        tps = {m: ours[m].get("decode_tokens_per_s") or ours[m]["tokens_per_s"] for m in (LOOKUP, SMALL, STAGED)}
-        return _x(tps[STAGED], max(tps[LOOKUP], tps[SMALL]))
+        return _x(rate(ours[STAGED]), max(rate(ours[LOOKUP]), rate(ours[SMALL])))
 
     links = ", ".join(
         f"[{label}]({SOURCES[n].replace('results.json', 'table.md')})"

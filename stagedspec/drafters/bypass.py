@@ -227,8 +227,6 @@ class BypassDrafter(Drafter):
         self.cost_curve = cost_curve
         """The job hands this router the target's calibrated cost curve (``use_step_curve``)."""
         self._stats = _RouteStats(prices) if prices is not None else None
-        self.timed = timed
-        """Costs from measured seconds, and the plain step priced as a third proposal."""
         if self._stats is not None:
             self._stats.timed = timed
         self._since_lower = 0  # rounds since the level below last drafted (timed: its exploration)
@@ -263,8 +261,13 @@ class BypassDrafter(Drafter):
             for route, a in zip(self._routes, accepted):
                 self._stats.record(route, a, self._round_forwards, self._round_seconds)
 
+    @property
+    def timed(self) -> bool:
+        """Costs from measured seconds, and the plain step priced as a third proposal."""
+        return self._stats is not None and self._stats.timed
+
     def observe_round(self, verify_seconds: float, rows: int) -> None:
-        if self.timed and self._stats is not None:
+        if self.timed:
             self._stats.observe_target(verify_seconds, rows)
 
     def use_step_curve(self, curve: tuple[float, ...]) -> None:
@@ -336,7 +339,8 @@ class BypassDrafter(Drafter):
                     node = tree.add(tok, node, None, self.name)
                 trees[b] = tree
         self._round_forwards = self._round_seconds = 0.0
-        if self.lower is not None and any(c == [] for c in copies):
+        goes_below = any(c == [] for c in copies)
+        if self.lower is not None and goes_below:
             calls = self.lower.forward_stats()[1]
             t1 = time.perf_counter()
             lowered = self.lower.propose(contexts, features)
@@ -348,7 +352,7 @@ class BypassDrafter(Drafter):
                     trees[b] = lowered[b]
                     if self._routes:
                         self._routes[b] = ("lower", 0, len(lowered[b].tokens))
-        self._since_lower = 0 if any(c == [] for c in copies) else self._since_lower + 1
+        self._since_lower = 0 if goes_below else self._since_lower + 1
         for cont in copies:
             self.decisions["plain" if cont is None else "copy" if cont else "lower"] += 1
         return [t if t is not None else DraftTree() for t in trees]

@@ -188,8 +188,8 @@ class BypassLevel:
     "timed": the same in measured seconds, with a plain step (no draft) as a third proposal
     (``drafters/bypass.py``)."""
     prices: Any = None
-    """With route=priced: ``RoutePrices`` fields to change (row_cost, draft_cost,
-    prior_weight, prior_accepted); None: its defaults."""
+    """With route=priced or timed: ``RoutePrices`` fields to change (row_cost, draft_cost,
+    prior_weight, prior_accepted, explore); None: its defaults."""
     cost_curve: bool = False
     """With route=priced: cost a verification of n rows at the target's calibrated T(n) / T(1)
     (``KernelChoice.step_curve``, handed over by the job) instead of ``1 + row_cost * n``."""
