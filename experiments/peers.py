@@ -65,6 +65,7 @@ from stagedspec.evaluation.bench_methods import (
     ours_fn,
     pair_hf_methods,
     pair_methods,
+    parse_ours,
     prompt_lookup_settings,
 )
 from stagedspec.evaluation.bench_setup import add_common_args, add_split_arg, draft_files, pick_prompts
@@ -327,7 +328,9 @@ def main(argv=None) -> None:
 
     if args.draft:
         dspec = ModelSpec(source="embedded", embedded=args.draft, dtype=args.dtype, device=args.device)
-        small, hf_draft = load_model(dspec), load_model(dspec).model  # ours, and HF's untouched
+        requant = any(kind == "n4" for levels in parse_ours(args.ours).values() for kind, _ in levels)
+        small = load_model(dataclasses.replace(dspec, weights="requant_q4k") if requant else dspec)
+        hf_draft = load_model(dspec).model  # HF's untouched
         hf, skipped, info = pair_hf_methods(args, hf_model, hf_draft, eos)
         if args.hf_methods != "all":
             keep = {m.strip() for m in args.hf_methods.split(",")}

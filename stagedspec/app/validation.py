@@ -473,6 +473,11 @@ def checked_target(cfg: DictConfig) -> Any:
     """The target's ``ModelSpec``, built and validated (no path its source ignores)."""
     target = instantiate(cfg.get("target"), "target")
     check_spec_fields(target, "target")
+    if getattr(target, "weights", None) == "requant_q4k":
+        raise ConfigError(
+            "target.weights='requant_q4k' re-encodes the weights, which changes the model: only a draft level "
+            "may use it (levels.<name>.model.weights); the target takes dense, gguf_q4 or gguf_native"
+        )
     try:
         target.validate()
     except (ValueError, FileNotFoundError) as e:

@@ -267,6 +267,11 @@ class ModelLevel(_TreeLevel):
                 f"level {self.name!r}: int4_rows={r} runs a CPU kernel only; the model is on "
                 f"{spec.device!r}: set int4_rows=0 there"
             )
+        if r and spec.weights == "requant_q4k":
+            raise ValueError(
+                f"level {self.name!r}: int4_rows={r} and model.weights='requant_q4k' are two 4-bit paths for the "
+                f"same forwards; set int4_rows=0 (the re-encoded blocks run at every row count) or weights=dense"
+            )
         spec.validate()
         self.shape  # parsing is the check
         if self.head is not None and (not isinstance(self.head, int) or isinstance(self.head, bool) or self.head < 1):

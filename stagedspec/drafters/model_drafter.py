@@ -40,6 +40,7 @@ class ModelDrafter(Drafter):
         stop_below: float = 0.0,
         int4_rows: int = 0,
         stop_alternatives: int = 0,
+        native: bool | None = None,
     ) -> None:
         # a trained draft's head covers a vocabulary subset (models/draft_files.py)
         vocab_map = getattr(model, "vocab_map", None)
@@ -57,10 +58,16 @@ class ModelDrafter(Drafter):
         self.int4_rows = int4_rows
         """This model's forwards of at most this many rows multiply by 4-bit copies of its
         weights (``KernelChoice.int4_rows``); 0: the target's plan as it is."""
+        self.native = native
+        """Whether this model's modules holding kernel blocks (``weights=requant_q4k``) multiply by
+        them (``KernelChoice.for_draft``); None: wherever the model has them."""
         self.vocab_size = self.kv.vocab_size
 
     def setup(self, sampling, generator, plan=HF_KERNELS) -> None:
-        self.kv.set_plan(plan.for_draft(self.int4_rows))
+        native = self.native
+        if native is None and any(getattr(m, "_stagedspec_native", None) for m in self.kv.model.modules()):
+            native = True
+        self.kv.set_plan(plan.for_draft(self.int4_rows, native=native))
         super().setup(sampling, generator, plan)
 
     def reset(self, batch_size: int) -> None:

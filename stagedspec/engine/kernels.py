@@ -56,7 +56,8 @@ from torch import nn
 
 from .attention_kernels import packed_gqa_attention
 from .int4_kernels import INT4_GROUP, int4_fits, int4_pack
-from .qk_kernels import matmul as qk_matmul
+from .qk_kernels import has_cols
+from .qk_kernels import linear as qk_linear
 from .lean_whitelist import LEAN_CHECK_RTOL, check_logits, is_llama_layer
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,12 @@ PATH_MKLDNN = "mkldnn"  # oneDNN with the weight reordered once (any row count)
 PATH_WXT = "wxt"  # (W @ x.T).T: the other operand order, which MKL runs as a different GEMM (any dtype;
 # in bfloat16 on CPUs without AVX-512, where oneDNN has no bfloat16 path, the only other choice)
 PATH_INT4 = "int4"  # 4-bit weights (groups of INT4_GROUP, scale and zero each): a draft's plan only
-MKL_ROWS = (4, 8, 16)  # MKL sgemm with the weight packed for exactly b rows ("mkl4", ...)
+MKL_ROWS = (4, 8, 16)
+DRAFT_COLS_FROM = 6
+"""A draft's native forwards of this many rows or more take the kernel's cols loop when the
+target's plan has none of its own (the 0.5B re-encoded, bf16, 2 threads, AMD EPYC, 300-token
+context: 6 rows 43.4 ms through the cols loop against 47.8 through the 4-row loop, 13 rows 60.8
+against 86.6; 4 rows 36.9 against 35.5)."""  # MKL sgemm with the weight packed for exactly b rows ("mkl4", ...)
 
 
 @dataclass(frozen=True)
@@ -141,12 +147,21 @@ class KernelChoice:
             return PATH_INT4
         return self.linear[rows - 1] if rows <= len(self.linear) else self.long_path
 
-    def for_draft(self, int4_rows: int) -> KernelChoice:
+    def for_draft(self, int4_rows: int, native: bool | None = None) -> KernelChoice:
         """This plan for a draft model whose Linear calls on up to ``int4_rows`` rows take
-        4-bit weights (0: the plan unchanged)."""
+        4-bit weights; ``native``: True, its modules holding blocks (re-encoded ones:
+        ``weights=requant_q4k``) multiply by them at every row count, from ``DRAFT_COLS_FROM``
+        rows through the cols loop unless the plan calibrated its own; False, never (the int4
+        or dense paths); None, as the plan says. Neither setting: the plan unchanged."""
+        plan = self
+        if native is False and plan.native:
+            plan = dataclasses.replace(plan, native=False, native_cols_from=0, name=f"{plan.name}-native")
+        if native and not plan.native:
+            cols = DRAFT_COLS_FROM if has_cols() else 0
+            plan = dataclasses.replace(plan, native=True, native_cols_from=cols, name=f"{plan.name}+native")
         if not int4_rows:
-            return self
-        return dataclasses.replace(self, int4_rows=int4_rows, int4_exact=False, name=f"{self.name}+int4<={int4_rows}")
+            return plan
+        return dataclasses.replace(plan, int4_rows=int4_rows, int4_exact=False, name=f"{plan.name}+int4<={int4_rows}")
 
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:
@@ -260,11 +275,9 @@ def int4_allowed(module: nn.Linear, plan: KernelChoice) -> bool:
 
 
 def native_forward(module: nn.Linear, x: torch.Tensor, cols_from: int) -> torch.Tensor:
-    """``x @ W.T + b`` through the module's GGUF blocks (``qk_kernels.matmul``), in x's dtype."""
+    """``x @ W.T + b`` through the module's GGUF blocks (``qk_kernels.linear``), in x's dtype."""
     m = _rows(x)
-    y = qk_matmul(x.reshape(m, x.shape[-1]), module._stagedspec_native, cols_from).to(x.dtype)
-    if module.bias is not None:
-        y = y + module.bias
+    y = qk_linear(x.reshape(m, x.shape[-1]), module._stagedspec_native, module.bias, cols_from)
     return y.reshape(*x.shape[:-1], y.shape[-1])
 
 
@@ -437,13 +450,11 @@ def _lean_layer_forward(
     n_q, n_kv = attn.q_proj.out_features // D, attn.k_proj.out_features // D
     ln1 = self.input_layernorm
     x = F.rms_norm(hidden_states, (H,), ln1.weight, ln1.variance_epsilon)
-    q, k, v = qkv(x).split([n_q * D, n_kv * D, n_kv * D], dim=-1)
-    q = q.view(B, n, n_q, D).transpose(1, 2)
-    k = k.view(B, n, n_kv, D).transpose(1, 2)
-    v = v.view(B, n, n_kv, D).transpose(1, 2)
+    qk, v = qkv(x).split([(n_q + n_kv) * D, n_kv * D], dim=-1)
     cos, sin = position_embeddings
-    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-    q, k = _rope(q, cos, sin), _rope(k, cos, sin)
+    # the query and key heads rotated together (one set of elementwise ops, the same values)
+    q, k = _rope(qk.view(B, n, n_q + n_kv, D), cos.unsqueeze(2), sin.unsqueeze(2)).transpose(1, 2).split([n_q, n_kv], 1)
+    v = v.view(B, n, n_kv, D).transpose(1, 2)
     if cache is not None:
         k, v = cache.update(k, v, attn.layer_idx)
     out, _ = _packed_gqa_attention(attn, q, k, v, attention_mask, scaling=attn.scaling)

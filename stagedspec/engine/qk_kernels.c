@@ -23,6 +23,7 @@
  * The weights are repacked once at load into layouts made for the unpacking below
  * (qk_repack_q4k, qk_repack_q6k): element 64c + p of a block is byte p of chunk c. */
 #include <math.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 #ifdef _OPENMP
@@ -549,4 +550,87 @@ void qk_gemm(int kind, const void *w, int64_t N, int64_t K, const float *xd, con
         }
 #endif
     }
+}
+
+/* ---------------------------------------------------------------- one Linear call
+ * y = x @ W.T (+ bias) for a module whose W is the segments' blocks stacked by rows, in one call:
+ * x (n x K, float32 or bfloat16) widened to float32 with zero columns up to Kp (the blocks' width, a
+ * multiple of 256: re-encoded weights whose K is not), quantized, multiplied segment by segment
+ * (``cols``: through the panels), and written to y (n x N) as float32, or rounded to bfloat16 (round
+ * to nearest even, as torch's .to(bfloat16)) with the bias then added as torch adds two bfloat16
+ * tensors (in float32, rounded again): the same bits as the product, .to(dtype) and + bias in torch.
+ * The scratch buffers grow as needed and are kept (one caller at a time: the Python side holds the GIL). */
+static void *scratch[5];
+static size_t scratch_size[5];
+
+static void *grow(int i, size_t bytes) {
+    if (scratch_size[i] < bytes) {
+        free(scratch[i]);
+        scratch[i] = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        scratch_size[i] = scratch[i] ? bytes : 0;
+    }
+    return scratch[i];
+}
+
+static inline float bf16_to_float(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t float_to_bf16(float f) { /* round to nearest even; NaN stays NaN */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+int qk_linear(const void *x, int x_bf16, int64_t n, int64_t K, int64_t Kp, int nseg, const int *kinds,
+              const void *const *ws, const int64_t *rows, const int64_t *starts, int cols, const void *bias,
+              void *y, int y_bf16, int64_t N, int threads) {
+    const int64_t nb = Kp / QK;
+    float *xf = (float *)x;
+    if (x_bf16 || K != Kp) {
+        xf = grow(0, (size_t)n * Kp * 4);
+        if (!xf) return 1;
+        for (int64_t r = 0; r < n; r++) {
+            float *dst = xf + r * Kp;
+            if (x_bf16)
+                for (int64_t k = 0; k < K; k++) dst[k] = bf16_to_float(((const uint16_t *)x)[r * K + k]);
+            else
+                memcpy(dst, (const float *)x + r * K, (size_t)K * 4);
+            memset(dst + K, 0, (size_t)(Kp - K) * 4);
+        }
+    }
+    float *xd = grow(1, (size_t)n * nb * 4);
+    int8_t *xq = grow(2, (size_t)n * Kp);
+    int16_t *xs = grow(3, (size_t)n * nb * 16 * 2);
+    float *yf = y_bf16 ? grow(4, (size_t)n * N * 4) : (float *)y;
+    if (!xd || !xq || !xs || !yf) return 1;
+    qk_quantize(xf, n, Kp, xd, xq, xs, threads);
+    for (int s = 0; s < nseg; s++) {
+#if QK_AVX512
+        if (cols) {
+            qk_gemm_cols(kinds[s], ws[s], rows[s], Kp, xd, xq, xs, n, yf + starts[s], N, threads);
+            continue;
+        }
+#endif
+        qk_gemm(kinds[s], ws[s], rows[s], Kp, xd, xq, xs, n, yf + starts[s], N, threads);
+    }
+    if (y_bf16) {
+        uint16_t *yb = (uint16_t *)y;
+        const uint16_t *bb = (const uint16_t *)bias;
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t j = 0; j < N; j++) {
+                uint16_t v = float_to_bf16(yf[r * N + j]);
+                if (bb) v = float_to_bf16(bf16_to_float(v) + bf16_to_float(bb[j]));
+                yb[r * N + j] = v;
+            }
+    } else if (bias) {
+        const float *bf = (const float *)bias;
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t j = 0; j < N; j++) yf[r * N + j] += bf[j];
+    }
+    return 0;
 }

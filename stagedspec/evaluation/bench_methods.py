@@ -147,8 +147,9 @@ def our_methods(target, files: dict[str, Path], k: int, tree: str | None, lower_
     return made, skipped
 
 
-LEVEL_KINDS = ("lookup", "ngram", "small", "fr", "q4", "copy", "route", "priced", "timed")
-MODEL_KINDS = ("small", "fr", "q4")  # the packaged draft model, as it is / pruned head / 4-bit at few rows
+LEVEL_KINDS = ("lookup", "ngram", "small", "fr", "q4", "n4", "copy", "route", "priced", "timed")
+MODEL_KINDS = ("small", "fr", "q4", "n4")  # the packaged draft model: as it is / pruned head / 4-bit at few rows
+# through torch / re-encoded Q4_K blocks through the native kernel at every row count (weights=requant_q4k)
 INT4_ROWS = 2
 """``q4``: the draft's forwards of up to this many rows take 4-bit weights (``KernelChoice.int4_rows``)."""
 
@@ -159,7 +160,9 @@ def parse_ours(spec: str) -> dict[str, list[tuple[str, list[int]]]]:
     ``ngram:k`` the Katz n-gram over the context (``ngram:k:G``: drafting only from a
     distribution whose likeliest token has at least G percent, ``min_top``), ``small:k`` the packaged draft model,
     ``fr:k`` the same with a 32,768-token frequency-pruned head (``drafters/pruned_head.py``),
-    ``q4:k`` the same model whose 1-2-row forwards take 4-bit weights (``INT4_ROWS``),
+    ``q4:k`` the same model whose 1-2-row forwards take 4-bit weights (``INT4_ROWS``), ``n4:k`` the
+    same model re-encoded as Q4_K blocks through the native kernel (the draft loaded with
+    ``weights=requant_q4k``; ``small`` and ``q4`` then keep off the blocks),
     ``small:k:P`` / ``fr:k:P`` / ``q4:k:P`` a draft that stops after a pick it gives less than P percent
     (``stop_below`` = P / 100, k the cap), ``q4:k:P:A`` also offering its A next-best tokens beside
     the pick that stopped it (``stop_alternatives``), ``copy:k:min_match[:miss_below]`` the bypass level,
@@ -189,7 +192,7 @@ def parse_ours(spec: str) -> dict[str, list[tuple[str, list[int]]]]:
             ):
                 raise SystemExit(
                     f"--ours: bad level {part!r} in {item!r}; valid: ar, lookup:K, ngram:K[:MIN_TOP_PERCENT], "
-                    f"small:K[:STOP_PERCENT[:ALTS]], fr:..., q4:... (STOP_PERCENT 1-99, ALTS 1-8), copy:K[:MIN_MATCH[:MISS_BELOW]], route:K, priced:K, timed:K, joined "
+                    f"small:K[:STOP_PERCENT[:ALTS]], fr:..., q4:..., n4:... (STOP_PERCENT 1-99, ALTS 1-8), copy:K[:MIN_MATCH[:MISS_BELOW]], route:K, priced:K, timed:K, joined "
                     f"by '>' lowest first (e.g. ngram:4>small:8>copy:24:8, ngram:4>small:16:40)"
                 )
             levels.append((kind, [int(n) for n in nums]))
@@ -227,6 +230,7 @@ def pair_methods(target, small, spec: str, curve: tuple[float, ...] = ()) -> dic
                         stop_below=nums[1] / 100 if len(nums) > 1 else 0.0,
                         int4_rows=INT4_ROWS if kind == "q4" else 0,
                         stop_alternatives=nums[2] if len(nums) > 2 else 0,
+                        native=kind == "n4",
                     )
                 elif kind in ("route", "priced", "timed"):
                     timed = kind == "timed"

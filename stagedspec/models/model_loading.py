@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 SOURCES = ("embedded", "hf", "gguf", "tiny", "truncated")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-WEIGHTS = ("dense", "gguf_q4", "gguf_native")
+WEIGHTS = ("dense", "gguf_q4", "gguf_native", "requant_q4k")
 BACKENDS = ("torch", "llama_cpp")
 """Who runs the target's forwards: this project's torch path (kernel plans), or llama.cpp on the
 same GGUF file (``models/llama_cpp_model.py``, optional; draft levels always run on torch)."""
@@ -89,7 +89,10 @@ class ModelSpec:
     GGUF's own 4-bit blocks (Q4_K, Q4_1) for torch's CPU int4 kernel, which a fast kernel plan
     uses at the row counts where it is faster (``models/gguf_int4.py``); "gguf_native": the
     GGUF's own Q4_K / Q6_K blocks at every row count, with int8 activations, through this
-    project's C kernel (``models/gguf_native.py``; what llama.cpp computes on a CPU)."""
+    project's C kernel (``models/gguf_native.py``; what llama.cpp computes on a CPU); "requant_q4k":
+    every GEMM weight re-encoded from the dense weights as Q4_K blocks for that kernel (any width:
+    columns zero-padded to a multiple of 256): not the file's weights, so a draft level's setting
+    only (the 0.5B's default on a CPU)."""
     backend: str = "torch"
     """Who runs the forwards when this is the target (``BACKENDS``): "torch", or "llama_cpp"
     (the GGUF file itself through llama.cpp's kernels; the torch model is still loaded for its
@@ -119,6 +122,10 @@ class ModelSpec:
             raise ValueError(
                 f"weights={self.weights!r} reads a GGUF's quantized blocks for a CPU kernel; source "
                 f"{self.source!r} on {self.device!r} has none: set weights=dense"
+            )
+        if self.weights == "requant_q4k" and self.device != "cpu":
+            raise ValueError(
+                f"weights='requant_q4k' runs a CPU kernel; the model is on {self.device!r}: set weights=dense"
             )
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r}; valid: {list(BACKENDS)}")
@@ -258,6 +265,9 @@ def load_model(spec: ModelSpec) -> LoadedModel:
     if spec.weights == "gguf_native":
         attached, failed = gguf_native.attach(model, gguf_native.load_blocks(cache_path, get_gguf))
         log.info("%s: %d GEMM modules hold the GGUF's own blocks (%d failed the check)", name, attached, failed)
+    if spec.weights == "requant_q4k":
+        done = gguf_native.reencode(model, cache_path)
+        log.info("%s: %d GEMM modules re-encoded as Q4_K blocks", name, done)
     load_time = time.perf_counter() - t0
     loaded = LoadedModel(
         model=model,

@@ -616,12 +616,18 @@ def test_device_cuda_alone_turns_the_cpu_only_defaults_off(hydra_ctx, monkeypatc
     import torch
 
     cpu = make()
-    assert cpu.target.weights == "gguf_native" and cpu.levels.small.int4_rows == 2
+    assert cpu.target.weights == "gguf_native" and cpu.levels.small.model.weights == "requant_q4k"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     cuda = make("device=cuda")
-    assert cuda.target.weights == "dense" and cuda.levels.small.int4_rows == 0
+    assert cuda.target.weights == "dense" and cuda.levels.small.model.weights == "dense"
     validate_cfg(cuda)
     with pytest.raises(ConfigError, match=r"weights='gguf_native'.*'cuda'.*set weights=dense"):
         validate_cfg(make("device=cuda", "target.weights=gguf_native"))
     with pytest.raises(ConfigError, match=r"int4_rows=2 runs a CPU kernel only.*set int4_rows=0"):
         validate_cfg(make("device=cuda", "levels.small.int4_rows=2"))
+    with pytest.raises(ConfigError, match=r"weights='requant_q4k' runs a CPU kernel; the model is on 'cuda'"):
+        validate_cfg(make("device=cuda", "levels.small.model.weights=requant_q4k"))
+    with pytest.raises(ConfigError, match=r"int4_rows=2 and model.weights='requant_q4k' are two 4-bit paths"):
+        validate_cfg(make("levels.small.int4_rows=2"))
+    with pytest.raises(ConfigError, match=r"target.weights='requant_q4k' re-encodes the weights.*only a draft level"):
+        validate_cfg(make("target.weights=requant_q4k"))

@@ -91,6 +91,16 @@ def _int4_chain():
     return ModelDrafter(chi2_models()[1], k=3, int4_rows=1 << 30)
 
 
+def _requant_chain():
+    """The draft re-encoded as Q4_K blocks (``weights=requant_q4k``) through the native kernel at
+    every row count, int8 activations included: another q again, the same output."""
+    from stagedspec.models.gguf_native import reencode
+
+    draft = chi2_models()[1]
+    assert reencode(draft, None) == 5  # 1 layer: q/k/v, o, gate/up, down; the head
+    return ModelDrafter(draft, k=3)
+
+
 def _ngram():
     return KatzNgramDrafter(V, k=2, order=2)
 
@@ -127,6 +137,7 @@ CASES = {
     "bypass-after-miss": (_bypass_miss, T1),
     "int4-draft": (_int4_chain, T1),
     "int4-draft-t0.7-topk-topp": (_int4_chain, T07),
+    "requant-draft-t0.7-topk-topp": (_requant_chain, T07),
     "stop-alternatives": (_stop_alternatives, T1),
     "ngram-gated>small": (_gated_ngram_staged, T1),
 }

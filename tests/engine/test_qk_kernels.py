@@ -97,3 +97,61 @@ def test_the_build_flags_follow_the_cpus_flags():
     full = {"avx512f", "avx512bw", "avx512vl", "avx512dq", "fma"}
     assert "-mavx512f" in qk.compile_flags(full) and "-mavx512vnni" not in qk.compile_flags(full)
     assert "-mavx512vnni" in qk.compile_flags(full | {"avx512_vnni"})
+
+
+# --------------------------------------------------------------------------- one call per Linear
+@pytest.mark.parametrize("cols_from", _loops())
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_linear_gives_the_bits_of_the_product_in_the_activations_dtype_plus_the_bias(dtype, cols_from):
+    """``linear`` (one C call: widening, quantizing, the products, rounding, the bias) against the
+    same steps in torch: ``matmul(x).to(dtype) + bias``, bit for bit."""
+    a, _ = _segment("q4_k", 48, 512, seed=8)
+    b, _ = _segment("q6_k", 24, 512, seed=9, start=48)
+    x = torch.randn(11, 512, generator=torch.Generator().manual_seed(4)).to(dtype)
+    bias = torch.randn(72, generator=torch.Generator().manual_seed(5)).to(dtype)
+    want = qk.matmul(x, [a, b], cols_from).to(dtype)
+    assert torch.equal(qk.linear(x, [a, b], None, cols_from), want)
+    assert torch.equal(qk.linear(x, [a, b], bias, cols_from), want + bias)
+    assert qk.linear(x, [a, b], bias, cols_from).dtype == dtype
+
+
+def test_blocks_wider_than_the_activations_multiply_them_padded_with_zeros():
+    """Re-encoded weights of 300 columns are blocks of 512 (zero columns after 300; the group they
+    share with columns 288-299 may code them off zero): 300-column activations multiply them as if
+    padded with zeros, so those codes never count; more columns than the blocks' are refused."""
+    w = torch.randn(40, 300, generator=torch.Generator().manual_seed(6))
+    seg = qk.encode_q4k(w)
+    assert (seg.cols, seg.rows) == (512, 40)
+    assert torch.equal(qk.dequantize(seg)[:, 320:], torch.zeros(40, 192))  # whole groups of padding
+    x = torch.randn(5, 300, generator=torch.Generator().manual_seed(7))
+    padded = torch.nn.functional.pad(x, (0, 212))
+    assert torch.equal(qk.linear(x, [seg]), qk.matmul(padded, [seg]))
+    with pytest.raises(ValueError, match="blocks of 512 columns cannot multiply 600-column activations"):
+        qk.linear(torch.randn(2, 600), [seg])
+
+
+def test_q4k_encoding_of_hand_made_groups():
+    """Row 0: every group of 32 is 0.1 * (i % 16) - 0.3: range [-0.3, 1.2] in 15 steps of 0.1, so
+    d = 0.1 / 63 with sc 63, dmin = 0.3 / 63 with m 63 and codes i % 16. Row 1: 0.05 * (i % 16), no
+    negative value: m 0. Row 2: zeros, all zero. Each decodes to its values (float rounding)."""
+    i = torch.arange(256) % 16
+    w = torch.stack([0.1 * i - 0.3, 0.05 * i, torch.zeros(256)]).float()
+    seg = qk.encode_q4k(w)
+    blk = seg.blocks.view(3, qk.Q4_BLOCK_BYTES)
+    d, dmin = blk[:, 0:8].contiguous().view(torch.float32).view(3, 2).T
+    assert torch.allclose(d, torch.tensor([0.1 / 63, 0.05 / 63, 0.0])) and torch.allclose(
+        dmin, torch.tensor([0.3 / 63, 0.0, 0.0])
+    )
+    assert blk[0, 8:24].tolist() == [63] * 16 and blk[1, 8:24].tolist() == [63] * 8 + [0] * 8
+    assert blk[2].count_nonzero() == 0
+    codes = torch.stack([blk[0, 24:] & 15, blk[0, 24:] >> 4], 1).view(4, 2, 32)  # chunk c: 64c + p low, + 32 high
+    assert torch.equal(codes.reshape(256).long(), i.view(4, 2, 32).reshape(256))
+    assert torch.allclose(qk.dequantize(seg), w, atol=1e-6)
+
+
+def test_q4k_encoding_error_is_a_4_bit_codes():
+    """Gaussian weights: the re-encoding's relative error ~0.076, as a group-of-32 min/max 4-bit
+    code's (0.079 on the same weights); a 3-bit code would be ~0.17."""
+    w = torch.randn(64, 896, generator=torch.Generator().manual_seed(8)) * 0.05
+    err = float((qk.dequantize(qk.encode_q4k(w))[:, :896] - w).norm() / w.norm())
+    assert 0.06 < err < 0.08, err

@@ -152,7 +152,10 @@ def test_a_target_plan_with_re_quantized_4bit_weights_is_still_refused():
 @pytest.mark.parametrize(
     "spec,match",
     [
-        (dict(source="tiny", weights="q4"), r"unknown weights 'q4'; valid: \['dense', 'gguf_q4', 'gguf_native'\]"),
+        (
+            dict(source="tiny", weights="q4"),
+            r"unknown weights 'q4'; valid: \['dense', 'gguf_q4', 'gguf_native', 'requant_q4k'\]",
+        ),
         (dict(source="tiny", weights="gguf_q4"), r"weights='gguf_q4'.*source 'tiny'.*set weights=dense"),
     ],
 )

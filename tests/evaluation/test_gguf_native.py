@@ -136,7 +136,7 @@ def test_a_native_targets_step_reads_its_blocks_bytes_instead_of_the_dense_weigh
 @pytest.mark.parametrize(
     "spec,match",
     [
-        (dict(source="tiny", weights="native"), r"unknown weights 'native'; valid: \[.*'gguf_native'\]"),
+        (dict(source="tiny", weights="native"), r"unknown weights 'native'; valid: \[.*'gguf_native'.*\]"),
         (dict(source="tiny", weights="gguf_native"), r"weights='gguf_native'.*source 'tiny'.*set weights=dense"),
     ],
 )
@@ -194,3 +194,51 @@ def test_a_verification_computing_other_logits_than_plain_decoding_is_caught(mon
     )
     stats = _stats(draft, plan)
     assert any(stat > crit for _, stat, _, crit in stats), stats
+
+
+# --------------------------------------------------------------------------- a re-encoded draft
+def test_a_draft_reencoded_as_q4k_runs_the_kernel_and_keeps_the_targets_greedy_output(monkeypatch):
+    """A draft with ``weights=requant_q4k``'s blocks multiplies by them in every forward (its plan
+    turns ``native`` on for it alone: the dense target never takes the kernel) and the output is
+    the target's plain decoding; ``native=False`` keeps the same model off its blocks."""
+    from stagedspec.drafters import ModelDrafter
+
+    from tests.helpers import other_small
+
+    t = load_model(ModelSpec(source="tiny", seed=3))
+    draft = other_small(t.vocab_size)
+    assert gguf_native.reencode(draft, None) == 5
+    calls: list[int] = []
+    real = kernels.native_forward
+    monkeypatch.setattr(kernels, "native_forward", lambda m, x, tf: calls.append(x.shape[-2]) or real(m, x, tf))
+    plan = KernelChoice(name="fast", linear=("linear",) * 8, gqa_packing=True, slot_cache=True, lean_layers=True)
+    prompts = tiny_prompts(3)
+    plain = SpeculativeDecoder(t.model, None, SamplingConfig(), plan=plan).generate(prompts, N_NEW).sequences
+    assert calls == []
+    spec = SpeculativeDecoder(t.model, ModelDrafter(draft, k=3), SamplingConfig(), plan=plan)
+    assert [s.output_ids for s in spec.generate(prompts, N_NEW).sequences] == [s.output_ids for s in plain]
+    assert len(calls) > 100 and set(calls) >= {1}
+    calls.clear()
+    off = SpeculativeDecoder(t.model, ModelDrafter(draft, k=3, native=False), SamplingConfig(), plan=plan)
+    assert [s.output_ids for s in off.generate(prompts, N_NEW).sequences] == [s.output_ids for s in plain]
+    assert calls == []
+
+
+def test_reencoded_blocks_are_cached_and_read_back(tmp_path, monkeypatch):
+    from tests.helpers import other_small
+
+    first, second = other_small(128), other_small(128)
+    assert gguf_native.reencode(first, tmp_path) == 5 and (tmp_path / gguf_native.REQUANT_FILE).is_file()
+    monkeypatch.setattr(qk, "encode_q4k", lambda w: pytest.fail("encoded again"))
+    assert gguf_native.reencode(second, tmp_path) == 5
+    for (a, _), (b, _) in zip(kernels.gemm_module_parts(first), kernels.gemm_module_parts(second), strict=True):
+        assert all(
+            torch.equal(x.blocks, y.blocks) and x.start == y.start
+            for x, y in zip(a._stagedspec_native, b._stagedspec_native)
+        )
+
+
+def test_a_reencoded_model_off_the_cpu_is_refused(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(ValueError, match=r"weights='requant_q4k' runs a CPU kernel; the model is on 'cuda'"):
+        ModelSpec(source="tiny", weights="requant_q4k", device="cuda").validate()
