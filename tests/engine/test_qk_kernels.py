@@ -144,8 +144,8 @@ def test_q4k_encoding_of_hand_made_groups():
     )
     assert blk[0, 8:24].tolist() == [63] * 16 and blk[1, 8:24].tolist() == [63] * 8 + [0] * 8
     assert blk[2].count_nonzero() == 0
-    codes = torch.stack([blk[0, 24:] & 15, blk[0, 24:] >> 4], 1).view(4, 2, 32)  # chunk c: 64c + p low, + 32 high
-    assert torch.equal(codes.reshape(256).long(), i.view(4, 2, 32).reshape(256))
+    qs = blk[0, 24:].view(4, 32)  # chunk c: byte p's low nibble is element 64c + p, its high one 64c + 32 + p
+    assert torch.equal(torch.cat([qs & 15, qs >> 4], 1).reshape(256).long(), i)
     assert torch.allclose(qk.dequantize(seg), w, atol=1e-6)
 
 
