@@ -30,23 +30,24 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
 SOURCES = {
-    "peers": "docs/peers/v14-amd-humaneval-t0/results.json",
-    "llama_cpp": "docs/peers/v14-amd-llama-cpp-humaneval-t0.json",
-    "peers_mtbench": "docs/peers/v14-amd-mtbench-t0/results.json",
-    "peers_t07": "docs/peers/v14-amd-humaneval-t07/results.json",
-    "step_curve": "docs/bench/step-curve-2026-12-06-amd-v14.json",
+    "peers": "docs/peers/v15-amd-humaneval-t0/results.json",
+    "llama_cpp": "docs/peers/v15-amd-llama-cpp-humaneval-t0.json",
+    "peers_mtbench": "docs/peers/v15-amd-mtbench-t0/results.json",
+    "peers_t07": "docs/peers/v15-amd-humaneval-t07/results.json",
+    "step_curve": "docs/bench/step-curve-2026-12-06-amd-v15.json",
     "main_command": "docs/main-command/2026-12-06-amd-native",
     "paper": "docs/paper/2026-12-06",
 }
 """Block sources, relative to the repository root. A new measurement is a new dated file; point
 the entry at it and run the module to rewrite the README."""
 
-STAGED = "ngram:1:30>q4:12:50:2>timed:24"
-"""The staged default since the timed router became it (``conf/drafter/bypass.yaml``)."""
-PRICED = "ngram:1:30>q4:12:50:2>route:24"
-"""The staged default before: the router priced in target steps on linear prices."""
+STAGED = "ngram:1:30>n4:12:50:2>timed:24"
+"""The staged default since the 0.5B's re-encoded blocks became its CPU default (``conf/drafter/qwen_coder_0p5b.yaml``)."""
+BEFORE = "ngram:1:30>q4:12:50:2>timed:24"
+"""The staged default before: the same router, the 0.5B on torch's 4-bit rows."""
 LOOKUP = "copy:16:3"
-SMALL = "q4:12:50:2"
+SMALL = "n4:12:50:2"
+SMALL_BEFORE = "q4:12:50:2"
 ON_LLAMA = "@llama_cpp"
 """The suffix of our methods whose target ran on llama.cpp (``peers.py --weights gguf_q4,llama_cpp``)."""
 NATIVE = "@gguf_native"
@@ -126,9 +127,10 @@ def render_results(root: Path = ROOT) -> str:
         f"{tps('hf'):.1f} / {tps('hf_prompt_lookup'):.1f} / {tps('hf_assisted'):.1f} | | |",
         row("ours, plain decoding", "ar"),
         row(f"ours, prompt lookup → target (`{LOOKUP}`)", LOOKUP),
-        row(f"ours, 4-bit 0.5B → target (`{SMALL}`)", SMALL),
+        row(f"ours, the 0.5B re-encoded → target (`{SMALL}`)", SMALL),
+        row(f"ours, the 0.5B on torch's 4-bit rows → target (`{SMALL_BEFORE}`)", SMALL_BEFORE),
         row(f"**ours, staged default** (`{STAGED}`)", STAGED, bold=True),
-        row(f"ours, staged, the router before (`{PRICED}`)", PRICED),
+        row(f"ours, staged, the 0.5B on torch's 4-bit rows (`{BEFORE}`)", BEFORE),
     ]
     t = {(w, n): step_ms(curve, w, n) for w in ("gguf_q4", "gguf_native", "llama_cpp") for n in (1, 4, 16)}
     native_mb = curve["bytes"]["gguf_native"] / 1e6
@@ -179,7 +181,7 @@ def render_native_sets(root: Path = ROOT) -> str:
         f"- The native target alone ({links}), decode tok/s on the first 6 MT-bench test first turns at T = 0 / the "
         f"same 6 HumanEval problems at T = 0.7 (seed 0): plain {rates('ar')}, prompt lookup {rates(LOOKUP)}, the 0.5B "
         f"{rates(SMALL)}, the staged default {rates(STAGED)} ({' / '.join(best_two(o) for o in sets.values())} its best "
-        f"two-level ablation), the router before {rates(PRICED)}."
+        f"two-level ablation), with the 0.5B on torch's 4-bit rows {rates(BEFORE)}."
     )
 
 
