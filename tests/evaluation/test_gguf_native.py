@@ -206,7 +206,7 @@ def test_a_draft_reencoded_as_q4k_runs_the_kernel_and_keeps_the_targets_greedy_o
     from tests.helpers import other_small
 
     t = load_model(ModelSpec(source="tiny", seed=3))
-    draft = other_small(t.vocab_size)
+    draft = other_small.__wrapped__(t.vocab_size)  # a model of its own: other_small's is shared (cached)
     assert gguf_native.reencode(draft, None) == 5
     calls: list[int] = []
     real = kernels.native_forward
@@ -227,7 +227,7 @@ def test_a_draft_reencoded_as_q4k_runs_the_kernel_and_keeps_the_targets_greedy_o
 def test_reencoded_blocks_are_cached_and_read_back(tmp_path, monkeypatch):
     from tests.helpers import other_small
 
-    first, second = other_small(128), other_small(128)
+    first, second = other_small.__wrapped__(128), other_small.__wrapped__(128)  # not the shared cached one
     assert gguf_native.reencode(first, tmp_path) == 5 and (tmp_path / gguf_native.REQUANT_FILE).is_file()
     monkeypatch.setattr(qk, "encode_q4k", lambda w: pytest.fail("encoded again"))
     assert gguf_native.reencode(second, tmp_path) == 5
