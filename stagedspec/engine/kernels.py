@@ -68,12 +68,12 @@ PATH_MKLDNN = "mkldnn"  # oneDNN with the weight reordered once (any row count)
 PATH_WXT = "wxt"  # (W @ x.T).T: the other operand order, which MKL runs as a different GEMM (any dtype;
 # in bfloat16 on CPUs without AVX-512, where oneDNN has no bfloat16 path, the only other choice)
 PATH_INT4 = "int4"  # 4-bit weights (groups of INT4_GROUP, scale and zero each): a draft's plan only
-MKL_ROWS = (4, 8, 16)
+MKL_ROWS = (4, 8, 16)  # MKL sgemm with the weight packed for exactly b rows ("mkl4", ...)
 DRAFT_COLS_FROM = 6
 """A draft's native forwards of this many rows or more take the kernel's cols loop when the
 target's plan has none of its own (the 0.5B re-encoded, bf16, 2 threads, AMD EPYC, 300-token
 context: 6 rows 43.4 ms through the cols loop against 47.8 through the 4-row loop, 13 rows 60.8
-against 86.6; 4 rows 36.9 against 35.5)."""  # MKL sgemm with the weight packed for exactly b rows ("mkl4", ...)
+against 86.6; 4 rows 36.9 against 35.5)."""
 
 
 @dataclass(frozen=True)

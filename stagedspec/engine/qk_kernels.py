@@ -43,9 +43,9 @@ QK = 256
 """Input columns per block (Q4_K and Q6_K super-blocks; the activation quantization's block)."""
 KINDS = {"q4_k": 4, "q6_k": 6}
 RAW_BYTES = {"q4_k": 144, "q6_k": 210}
+"""Bytes per 256 weights in a GGUF (Q4_K, Q6_K super-blocks)."""
 Q4_BLOCK_BYTES = 152
 """Bytes of a repacked Q4_K block (``q4_block`` in the C source: d, dmin, sc[8], m[8], qs[128])."""
-"""Bytes per 256 weights in a GGUF (Q4_K, Q6_K super-blocks)."""
 
 # the CPU flags that decide the build, and the compiler flags they allow
 _SIMD_FLAGS = {
