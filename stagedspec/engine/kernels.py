@@ -56,7 +56,7 @@ from torch import nn
 
 from .attention_kernels import packed_gqa_attention
 from .int4_kernels import INT4_GROUP, int4_fits, int4_pack
-from .qk_kernels import has_cols
+from .qk_kernels import MAX_HEAD_DIM, LayerWeights, has_cols, layer1
 from .qk_kernels import linear as qk_linear
 from .lean_whitelist import LEAN_CHECK_RTOL, check_logits, is_llama_layer
 
@@ -117,6 +117,11 @@ class KernelChoice:
     ``target.weights=gguf_native``) multiply by those blocks with int8 activations at every row
     count, prefill included (``qk_kernels.py``: llama.cpp's arithmetic): one function of the file's
     own weights however many rows a forward has. Other modules keep the table's path."""
+    native_layers: bool = True
+    """With ``native`` and ``lean_layers``: a one-row forward of a batch of one (plain decoding, a
+    draft's chain step) runs each decoder layer whose four GEMMs hold blocks as one C call
+    (``qk_kernels.layer1``: the same GEMMs, the norms, rotary embedding, cache write, attention and
+    SiLU beside them, rounded to bfloat16 where the torch layer rounds); False: the torch layer."""
     native_cols_from: int = 0
     """With ``native``: forwards of this many rows or more run the kernel's ``cols`` loop (16
     weight rows in the lanes, 8 activation rows at a time), fewer its 4-row loop; 0: the 4-row
@@ -443,6 +448,10 @@ def _lean_layer_forward(
             position_embeddings=position_embeddings,
             **kwargs,
         )
+    if plan.native and plan.native_layers and hidden_states.shape[:2] == (1, 1):
+        out = _native_layer1(self, hidden_states, attention_mask, cache, position_embeddings)
+        if out is not None:
+            return out
     attn, mlp = self.self_attn, self.mlp
     qkv, gate_up = _ensure_fused(self)
     B, n, H = hidden_states.shape
@@ -463,6 +472,71 @@ def _lean_layer_forward(
     x = F.rms_norm(h, (H,), ln2.weight, ln2.variance_epsilon)
     gate, up = gate_up(x).chunk(2, dim=-1)
     return h + mlp.down_proj(mlp.act_fn(gate) * up)
+
+
+def _layer_weights(layer: nn.Module) -> LayerWeights | None:
+    """The layer as ``qk_kernels.layer1`` reads it, or None where it cannot run it (a GEMM
+    without blocks, not bfloat16, an activation other than SiLU, heads it does not take); made
+    at first use and kept with the segments it was made from."""
+    attn, mlp = layer.self_attn, layer.mlp
+    qkv, gate_up = _ensure_fused(layer)
+    mods = (qkv, attn.o_proj, gate_up, mlp.down_proj)
+    segs = tuple(getattr(m, "_stagedspec_native", None) for m in mods)
+    key = tuple(map(id, segs))
+    got = layer.__dict__.get("_stagedspec_layer1")
+    if got is not None and got[0] == key:
+        return got[2]
+    weights = None
+    D = attn.head_dim
+    n_q, n_kv = attn.q_proj.out_features // D, attn.k_proj.out_features // D
+    norms = (layer.input_layernorm.weight, layer.post_attention_layernorm.weight)
+    if (
+        all(segs)
+        and all(p.dtype == torch.bfloat16 and p.device.type == "cpu" for p in norms)
+        and (isinstance(mlp.act_fn, nn.SiLU) or type(mlp.act_fn).__name__ == "SiLUActivation")
+        and D <= MAX_HEAD_DIM
+        and D % 2 == 0
+        and n_q % n_kv == 0
+    ):
+        weights = LayerWeights(
+            *segs,
+            biases=tuple(None if m.bias is None else m.bias.detach().to(torch.bfloat16).contiguous() for m in mods),
+            norms=tuple(w.detach().contiguous() for w in norms),
+            eps=(layer.input_layernorm.variance_epsilon, layer.post_attention_layernorm.variance_epsilon),
+            heads=(n_q, n_kv, D),
+            scale=attn.scaling,
+        )
+    layer.__dict__["_stagedspec_layer1"] = (key, segs, weights)
+    return weights
+
+
+def _native_layer1(layer, hidden_states, attention_mask, cache, position_embeddings) -> torch.Tensor | None:
+    """One new token of a batch of one through ``qk_kernels.layer1``; None where the layer or
+    the cache is not one it runs (the caller then takes the torch layer)."""
+    slots = getattr(cache, "layers", None)
+    idx = layer.self_attn.layer_idx
+    if hidden_states.dtype != torch.bfloat16 or slots is None or not hasattr(slots[idx], "append_slot"):
+        return None
+    if not slots[idx].is_initialized:
+        return None
+    w = _layer_weights(layer)
+    if w is None:
+        return None
+    mask = None
+    if attention_mask is not None:
+        row = attention_mask[0, 0, -1]
+        mask = (
+            torch.zeros(row.shape, dtype=torch.float32).masked_fill(~row, float("-inf"))
+            if row.dtype == torch.bool
+            else row.float().contiguous()
+        )
+        if mask.numel() != slots[idx].length + 1:
+            return None
+    keys, values, slot = slots[idx].append_slot()
+    x = hidden_states.reshape(-1).clone()
+    cos, sin = (t.reshape(-1).contiguous() for t in position_embeddings)
+    layer1(w, x, cos, sin, keys, values, slot, mask)
+    return x.view(hidden_states.shape)
 
 
 # --------------------------------------------------------------------------- install

@@ -560,8 +560,8 @@ void qk_gemm(int kind, const void *w, int64_t N, int64_t K, const float *xd, con
  * to nearest even, as torch's .to(bfloat16)) with the bias then added as torch adds two bfloat16
  * tensors (in float32, rounded again): the same bits as the product, .to(dtype) and + bias in torch.
  * The scratch buffers grow as needed and are kept (one caller at a time: the Python side holds the GIL). */
-static void *scratch[5];
-static size_t scratch_size[5];
+static void *scratch[10];
+static size_t scratch_size[10];
 
 static void *grow(int i, size_t bytes) {
     if (scratch_size[i] < bytes) {
@@ -632,5 +632,139 @@ int qk_linear(const void *x, int x_bf16, int64_t n, int64_t K, int64_t Kp, int n
         for (int64_t r = 0; r < n; r++)
             for (int64_t j = 0; j < N; j++) yf[r * N + j] += bf[j];
     }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- one decoder layer, one row
+ * A Llama / Qwen2 decoder layer for a single new token (the plain step, a drafter's chain step),
+ * in one call: the GEMMs are qk_linear's; the rest (norms, rotary embedding, the KV cache write,
+ * attention, SiLU) is here, rounded to bfloat16 where torch's bfloat16 ops round:
+ *   h = bf16(x * rsqrt(mean(x^2) + eps) * w1)            (torch's F.rms_norm, one rounding)
+ *   q, k = rope(qkv(h)): bf16(bf16(x * cos) + bf16(rot(x) * sin))
+ *   attention over the cache slots [0, t] (an additive float mask, or none), in float32, to bf16
+ *   x = bf16(x + o(attn));  x = bf16(x + down(bf16(bf16(silu(g)) * u)))   (g, u = gate_up(norm2(x)))
+ * so it equals the lean torch layer up to the attention's float order (SDPA's blocks) and exp. */
+typedef struct {
+    int nseg;
+    const int *kinds;
+    const void *const *ws;
+    const int64_t *rows, *starts;
+    int64_t K, Kp, N;
+    const uint16_t *bias; /* bf16, or NULL */
+} qk_lin;
+
+typedef struct {
+    int64_t H, nq, nkv, D, I;
+    float eps1, eps2, scale;
+    const uint16_t *ln1, *ln2; /* bf16 */
+    qk_lin qkv, o, gu, down;
+} qk_layer_t;
+
+int qk_layer_struct_bytes(void) { return (int)sizeof(qk_layer_t); }
+
+static inline uint16_t bf16_round(float f) { return float_to_bf16(f); }
+static inline float bf(float f) { return bf16_to_float(float_to_bf16(f)); }
+
+static void rms_norm_bf16(const uint16_t *x, const uint16_t *w, int64_t H, float eps, uint16_t *out) {
+    double ss = 0.0; /* the mean of squares as good as float holds it (torch sums pairwise) */
+    for (int64_t i = 0; i < H; i++) {
+        const double v = bf16_to_float(x[i]);
+        ss += v * v;
+    }
+    const float r = 1.0f / sqrtf((float)(ss / (double)H) + eps);
+    for (int64_t i = 0; i < H; i++) out[i] = bf16_round(bf16_to_float(x[i]) * r * bf16_to_float(w[i]));
+}
+
+static int lin(const qk_lin *L, const uint16_t *x, uint16_t *y, int threads) {
+    return qk_linear(x, 1, 1, L->K, L->Kp, L->nseg, L->kinds, L->ws, L->rows, L->starts, 0, L->bias, y, 1, L->N,
+                     threads);
+}
+
+/* exp(x) for x <= 0 (softmax after the max is taken out): 2^n * p(r), r in [-ln2/2, ln2/2], ~2 ulp */
+static inline float exp_neg(float x) {
+    if (x < -87.0f) return 0.0f;
+    const float n = nearbyintf(x * 1.44269504f);
+    const float r = (x - n * 0.693145752f) - n * 1.42860677e-6f;
+    float p = 1.98756912e-4f;
+    p = p * r + 1.39819995e-3f;
+    p = p * r + 8.33345205e-3f;
+    p = p * r + 4.16657962e-2f;
+    p = p * r + 1.66666657e-1f;
+    p = p * r + 5.0e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t e = ((int32_t)n + 127) << 23;
+    float s;
+    memcpy(&s, &e, 4);
+    return p * s;
+}
+
+int qk_layer1(const qk_layer_t *L, uint16_t *x, const uint16_t *cos, const uint16_t *sin, uint16_t *kc, uint16_t *vc,
+              int64_t cap, int64_t t, const float *mask, int threads) {
+    const int64_t H = L->H, D = L->D, nq = L->nq, nkv = L->nkv, half = D / 2, T = t + 1, groups = nq / nkv;
+    uint16_t *h = grow(5, (size_t)(H > L->I ? H : L->I) * 2 * 2);
+    uint16_t *qkv = grow(6, (size_t)L->qkv.N * 2);
+    uint16_t *att = grow(7, (size_t)nq * D * 2);
+    uint16_t *gu = grow(8, (size_t)L->gu.N * 2);
+    float *sc = grow(9, (size_t)nq * T * 4);
+    if (!h || !qkv || !att || !gu || !sc) return 1;
+    rms_norm_bf16(x, L->ln1, H, L->eps1, h);
+    if (lin(&L->qkv, h, qkv, threads)) return 1;
+    /* the rotary embedding on the query and key heads; keys and values into the cache slot t */
+    for (int64_t hd = 0; hd < nq + nkv; hd++) {
+        uint16_t *v = qkv + hd * D, tmp[512];
+        for (int64_t i = 0; i < D; i++) {
+            const float xi = bf16_to_float(v[i]);
+            const float rot = i < half ? -bf16_to_float(v[i + half]) : bf16_to_float(v[i - half]);
+            tmp[i] = bf16_round(bf(xi * bf16_to_float(cos[i])) + bf(rot * bf16_to_float(sin[i])));
+        }
+        if (hd < nq)
+            memcpy(v, tmp, (size_t)D * 2);
+        else
+            memcpy(kc + ((hd - nq) * cap + t) * D, tmp, (size_t)D * 2);
+    }
+    for (int64_t g = 0; g < nkv; g++) memcpy(vc + (g * cap + t) * D, qkv + (nq + nkv + g) * D, (size_t)D * 2);
+    /* attention: query head hq reads key / value head hq / groups */
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t hq = 0; hq < nq; hq++) {
+        const uint16_t *K = kc + (hq / groups) * cap * D, *V = vc + (hq / groups) * cap * D;
+        float q[512], acc[512], *s = sc + hq * T;
+        for (int64_t i = 0; i < D; i++) q[i] = bf16_to_float(qkv[hq * D + i]);
+        float mx = -INFINITY;
+        for (int64_t j = 0; j < T; j++) {
+            const uint16_t *kj = K + j * D;
+            float part[16] = {0};
+            int64_t i = 0;
+            for (; i + 16 <= D; i += 16)
+                for (int l = 0; l < 16; l++) part[l] += q[i + l] * bf16_to_float(kj[i + l]);
+            for (; i < D; i++) part[i & 15] += q[i] * bf16_to_float(kj[i]);
+            float d = 0.0f;
+            for (int l = 0; l < 16; l++) d += part[l];
+            d = d * L->scale + (mask ? mask[j] : 0.0f);
+            s[j] = d;
+            if (d > mx) mx = d;
+        }
+        float sum = 0.0f;
+        for (int64_t i = 0; i < D; i++) acc[i] = 0.0f;
+        for (int64_t j = 0; j < T; j++) {
+            const float p = exp_neg(s[j] - mx);
+            sum += p;
+            if (p == 0.0f) continue;
+            const uint16_t *vj = V + j * D;
+            for (int64_t i = 0; i < D; i++) acc[i] += p * bf16_to_float(vj[i]);
+        }
+        for (int64_t i = 0; i < D; i++) att[hq * D + i] = bf16_round(acc[i] / sum);
+    }
+    if (lin(&L->o, att, h, threads)) return 1;
+    for (int64_t i = 0; i < H; i++) x[i] = bf16_round(bf16_to_float(x[i]) + bf16_to_float(h[i]));
+    rms_norm_bf16(x, L->ln2, H, L->eps2, h);
+    if (lin(&L->gu, h, gu, threads)) return 1;
+    const int64_t I = L->I;
+    for (int64_t i = 0; i < I; i++) {
+        const float g = bf16_to_float(gu[i]);
+        h[i] = bf16_round(bf(g / (1.0f + expf(-g))) * bf16_to_float(gu[I + i]));
+    }
+    uint16_t *dn = gu; /* the gate / up buffer is free again */
+    if (lin(&L->down, h, dn, threads)) return 1;
+    for (int64_t i = 0; i < H; i++) x[i] = bf16_round(bf16_to_float(x[i]) + bf16_to_float(dn[i]));
     return 0;
 }

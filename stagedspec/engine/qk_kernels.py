@@ -136,7 +136,9 @@ def library(scalar: bool = False) -> ctypes.CDLL:
         lib.qk_cols_q6.argtypes = [P, I, I, P]
         lib.qk_gemm_cols.argtypes = [C, P, I, I, P, P, P, I, P, I, C]
     assert lib.qk_q4_block_bytes() == Q4_BLOCK_BYTES
+    assert lib.qk_layer_struct_bytes() == ctypes.sizeof(_Layer)
     lib.qk_linear.argtypes = [P, C, I, I, I, C, P, P, P, P, C, P, P, C, I, C]
+    lib.qk_layer1.argtypes = [P, P, P, P, P, P, I, I, P, C]
     _LIBS[scalar] = lib
     return lib
 
@@ -331,3 +333,114 @@ def quantize_activations(x: torch.Tensor) -> torch.Tensor:
     m, K = x.shape
     xd, xq, _ = _quantize(library(), x, 1)
     return (xq.view(m, K // QK, QK).float() * xd.view(m, K // QK, 1)).reshape(m, K)
+
+
+# --------------------------------------------------------------------------- one decoder layer, one row
+class _Lin(ctypes.Structure):
+    _fields_ = [
+        ("nseg", ctypes.c_int),
+        ("kinds", ctypes.c_void_p),
+        ("ws", ctypes.c_void_p),
+        ("rows", ctypes.c_void_p),
+        ("starts", ctypes.c_void_p),
+        ("K", ctypes.c_int64),
+        ("Kp", ctypes.c_int64),
+        ("N", ctypes.c_int64),
+        ("bias", ctypes.c_void_p),
+    ]
+
+
+class _Layer(ctypes.Structure):
+    _fields_ = [
+        ("H", ctypes.c_int64),
+        ("nq", ctypes.c_int64),
+        ("nkv", ctypes.c_int64),
+        ("D", ctypes.c_int64),
+        ("I", ctypes.c_int64),
+        ("eps1", ctypes.c_float),
+        ("eps2", ctypes.c_float),
+        ("scale", ctypes.c_float),
+        ("ln1", ctypes.c_void_p),
+        ("ln2", ctypes.c_void_p),
+        ("qkv", _Lin),
+        ("o", _Lin),
+        ("gu", _Lin),
+        ("down", _Lin),
+    ]
+
+
+MAX_HEAD_DIM = 512
+"""The widest attention head ``layer1`` takes (its per-head buffers)."""
+
+
+@dataclass
+class LayerWeights:
+    """What ``layer1`` reads of one decoder layer: its four GEMMs' segments (q/k/v fused, o,
+    gate/up fused, down) and biases, its two RMSNorm weights and epsilons (all bfloat16), its
+    head counts and attention scale."""
+
+    qkv: list[Segment]
+    o: list[Segment]
+    gate_up: list[Segment]
+    down: list[Segment]
+    biases: tuple[torch.Tensor | None, ...]  # per GEMM, bfloat16
+    norms: tuple[torch.Tensor, torch.Tensor]
+    eps: tuple[float, float]
+    heads: tuple[int, int, int]  # query heads, key / value heads, head dim
+    scale: float
+    _struct: _Layer | None = field(default=None, repr=False)
+
+    def struct(self) -> _Layer:
+        """The C struct (made once; it points into the tensors and argument arrays this object keeps)."""
+        if self._struct is None:
+            lib = library()
+            nq, nkv, D = self.heads
+            if D > MAX_HEAD_DIM or D % 2 or nq % nkv:
+                raise ValueError(f"layer1 takes head_dim <= {MAX_HEAD_DIM}, even, and whole query groups (got {self.heads})")
+            H = self.norms[0].numel()
+            inter = (self.gate_up[-1].start + self.gate_up[-1].rows) // 2
+            lins = []
+            for segs, bias, K in zip((self.qkv, self.o, self.gate_up, self.down), self.biases, (H, nq * D, H, inter)):
+                n, kinds, ws, rows, starts = _call_args(lib, segs, False)
+                N = segs[-1].start + segs[-1].rows
+                lins.append(
+                    _Lin(n, ctypes.addressof(kinds), ctypes.addressof(ws), ctypes.addressof(rows),
+                         ctypes.addressof(starts), K, segs[0].cols, N, None if bias is None else bias.data_ptr())
+                )
+            self._struct = _Layer(
+                H, nq, nkv, D, inter, self.eps[0], self.eps[1], self.scale,
+                self.norms[0].data_ptr(), self.norms[1].data_ptr(), *lins,
+            )
+        return self._struct
+
+
+def layer1(
+    w: LayerWeights,
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    slot: int,
+    mask: torch.Tensor | None = None,
+    threads: int | None = None,
+) -> None:
+    """One decoder layer for one new token, in place: ``x`` (bfloat16, [hidden], contiguous)
+    becomes the layer's output; its key and value heads are written into cache slot ``slot`` of
+    ``keys`` / ``values`` (bfloat16, [heads, capacity, head_dim], contiguous), and it attends to
+    slots 0..slot; ``mask``: float32 additive, [slot + 1], or None (all of them)."""
+    lib = library()
+    rc = lib.qk_layer1(
+        ctypes.byref(w.struct()),
+        x.data_ptr(),
+        cos.data_ptr(),
+        sin.data_ptr(),
+        keys.data_ptr(),
+        values.data_ptr(),
+        keys.shape[-2],
+        slot,
+        None if mask is None else mask.data_ptr(),
+        threads or torch.get_num_threads(),
+    )
+    if rc:
+        raise MemoryError("the layer kernel could not allocate its buffers")
