@@ -396,7 +396,9 @@ class LayerWeights:
             lib = library()
             nq, nkv, D = self.heads
             if D > MAX_HEAD_DIM or D % 2 or nq % nkv:
-                raise ValueError(f"layer1 takes head_dim <= {MAX_HEAD_DIM}, even, and whole query groups (got {self.heads})")
+                raise ValueError(
+                    f"layer1 takes head_dim <= {MAX_HEAD_DIM}, even, and whole query groups (got {self.heads})"
+                )
             H = self.norms[0].numel()
             inter = (self.gate_up[-1].start + self.gate_up[-1].rows) // 2
             lins = []
@@ -404,12 +406,30 @@ class LayerWeights:
                 n, kinds, ws, rows, starts = _call_args(lib, segs, False)
                 N = segs[-1].start + segs[-1].rows
                 lins.append(
-                    _Lin(n, ctypes.addressof(kinds), ctypes.addressof(ws), ctypes.addressof(rows),
-                         ctypes.addressof(starts), K, segs[0].cols, N, None if bias is None else bias.data_ptr())
+                    _Lin(
+                        n,
+                        ctypes.addressof(kinds),
+                        ctypes.addressof(ws),
+                        ctypes.addressof(rows),
+                        ctypes.addressof(starts),
+                        K,
+                        segs[0].cols,
+                        N,
+                        None if bias is None else bias.data_ptr(),
+                    )
                 )
             self._struct = _Layer(
-                H, nq, nkv, D, inter, self.eps[0], self.eps[1], self.scale,
-                self.norms[0].data_ptr(), self.norms[1].data_ptr(), *lins,
+                H,
+                nq,
+                nkv,
+                D,
+                inter,
+                self.eps[0],
+                self.eps[1],
+                self.scale,
+                self.norms[0].data_ptr(),
+                self.norms[1].data_ptr(),
+                *lins,
             )
         return self._struct
 

@@ -182,7 +182,10 @@ def test_one_row_forwards_run_a_layer_per_kernel_call_and_give_the_torch_layers_
     assert float((fast - slow)[n:].abs().max()) <= 0.03
     prompts = tiny_prompts(2)
     tokens = [
-        [s.output_ids for s in SpeculativeDecoder(t.model, None, SamplingConfig(), plan=p).generate(prompts, N_NEW).sequences]
+        [
+            s.output_ids
+            for s in SpeculativeDecoder(t.model, None, SamplingConfig(), plan=p).generate(prompts, N_NEW).sequences
+        ]
         for p in (plan, torch_plan)
     ]
     assert tokens[0] == tokens[1]
