@@ -13,7 +13,8 @@ after (the read floor: bytes / bandwidth). ``--llama-cpp``: a third column set, 
 forwards on llama.cpp over the same GGUF file (``target.backend=llama_cpp``; the file's own
 blocks, every tensor in its stored type), interleaved with the others. ``--native``: another, the
 target on its GGUF's own blocks with int8 activations (``target.weights=gguf_native``, a second model
-object, its plan calibrated for it).
+object, its plan calibrated for it), and that plan with its one-row forwards' decoder layers in torch
+instead of one C call each (``native_layers=False``: the layer kernel's A/B).
 """
 
 from __future__ import annotations
@@ -80,6 +81,11 @@ def main(argv=None) -> None:
         native = load_model(ModelSpec(source="embedded", embedded=args.target, dtype="bfloat16", weights="gguf_native"))
         plans["gguf_native"] = kernel_plan(native, "fast")
         models["gguf_native"] = native
+        # the same plan with every decoder layer in torch (no one-row layer kernel): the A/B of that kernel
+        plans["gguf_native_torch_layers"] = dataclasses.replace(
+            plans["gguf_native"], native_layers=False, name="fast-torch-layers"
+        )
+        models["gguf_native_torch_layers"] = native
     bw = [read_bandwidth()]
     ctx = torch.randint(0, target.vocab_size, (args.context,), generator=torch.Generator().manual_seed(0)).tolist()
     kvs = {}

@@ -198,6 +198,7 @@ class KernelChoice:
                 ("lean layers", self.lean_layers),
                 (f"{own}4-bit weights at 1-{self.int4_rows} rows", self.int4_rows),
                 (f"the GGUF's own blocks x int8 activations at every row count{cols}", self.native),
+                ("one-row layers in one C call", self.native and self.native_layers and self.lean_layers),
             )
             if on
         ]
