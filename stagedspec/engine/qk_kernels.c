@@ -38,6 +38,8 @@
 
 #define QK 256
 #define ROWS 4 /* activation rows per pass over a weight block */
+#define PREFETCH 8 /* blocks ahead of the rows loops' reads (AMD EPYC, 2 threads, the 1.5B's GEMMs: 1 row
+                    * 33.8 -> 32.3 ms, 4 rows 66.7 -> 58.3 against none; 4 or 16 blocks ahead did less) */
 
 typedef struct {  /* 152 bytes */
     float d, dmin;
@@ -222,6 +224,7 @@ static inline __attribute__((always_inline)) void q4_rows(const q4_block *w, int
     const __m512i two = _mm512_set1_epi16(2);
     for (int64_t b = 0; b < nb; b++) {
         const q4_block *blk = w + b;
+        for (int l = 0; l < 3; l++) _mm_prefetch((const char *)(blk + PREFETCH) + 64 * l, _MM_HINT_T0);
         __m512i W[4], S[4];
         const __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)blk->sc)));
         __m512i pick = pick0;
@@ -271,6 +274,7 @@ static inline __attribute__((always_inline)) void q6_rows(const q6_block *w, int
     const __m512i four = _mm512_set1_epi16(4);
     for (int64_t b = 0; b < nb; b++) {
         const q6_block *blk = w + b;
+        for (int l = 0; l < 4; l++) _mm_prefetch((const char *)(blk + PREFETCH) + 64 * l, _MM_HINT_T0);
         __m512i U[4], S[4];
         const __m256i sc16y = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)blk->sc));
         const __m512i sc16 = _mm512_castsi256_si512(sc16y);
