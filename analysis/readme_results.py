@@ -82,6 +82,10 @@ def llama_rates(llama: dict) -> dict[str, float]:
     return {mode: tokens[mode] / seconds[mode] for mode in tokens}
 
 
+TORCH_LAYERS = "gguf_native_torch_layers"
+"""The step curve's native plan with its one-row layers in torch (the layer kernel's A/B; v16 on)."""
+
+
 def step_ms(curve: dict, weights: str, rows: int) -> float:
     """Median ms of one target forward of ``rows`` rows (``bench_step_curve.py``)."""
     return statistics.median(curve["ms"][weights][str(rows)])
@@ -151,8 +155,14 @@ def render_results(root: Path = ROOT) -> str:
         f"4-bit {call_ms('ar'):.0f} ms.",
         f"- One forward ([step curve]({SOURCES['step_curve'].replace('.json', '.md')}), medians), T(1) / T(4) / T(16): "
         f"llama.cpp {t['llama_cpp', 1]:.0f} / {t['llama_cpp', 4]:.0f} / {t['llama_cpp', 16]:.0f} ms, native "
-        f"{t['gguf_native', 1]:.0f} / {t['gguf_native', 4]:.0f} / {t['gguf_native', 16]:.0f}, 4-bit "
-        f"{t['gguf_q4', 1]:.0f} / {t['gguf_q4', 4]:.0f} / {t['gguf_q4', 16]:.0f}.",
+        f"{t['gguf_native', 1]:.0f} / {t['gguf_native', 4]:.0f} / {t['gguf_native', 16]:.0f}"
+        + (
+            f" (its decoder layers in torch, `native_layers=False`: {step_ms(curve, TORCH_LAYERS, 1):.0f} / "
+            f"{step_ms(curve, TORCH_LAYERS, 4):.0f} / {step_ms(curve, TORCH_LAYERS, 16):.0f})"
+            if TORCH_LAYERS in curve["ms"]
+            else ""
+        )
+        + f", 4-bit {t['gguf_q4', 1]:.0f} / {t['gguf_q4', 4]:.0f} / {t['gguf_q4', 16]:.0f}.",
         f"- The staged default: {staged}; llama.cpp's best is `{cpp_best_mode}` ({cpp[cpp_best_mode]:.1f}).",
         render_native_sets(root),
         f"- Outputs that differ from HF bf16 greedy (of {ours['ar']['prompts']}; plain, lookup, 0.5B, staged): "
