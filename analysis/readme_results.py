@@ -30,11 +30,11 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
 SOURCES = {
-    "peers": "docs/peers/v15-amd-humaneval-t0/results.json",
-    "llama_cpp": "docs/peers/v15-amd-llama-cpp-humaneval-t0.json",
-    "peers_mtbench": "docs/peers/v15-amd-mtbench-t0/results.json",
-    "peers_t07": "docs/peers/v15-amd-humaneval-t07/results.json",
-    "step_curve": "docs/bench/step-curve-2026-12-06-amd-v15.json",
+    "peers": "docs/peers/v16-amd-humaneval-t0/results.json",
+    "llama_cpp": "docs/peers/v16-amd-llama-cpp-humaneval-t0.json",
+    "peers_mtbench": "docs/peers/v16-amd-mtbench-t0/results.json",
+    "peers_t07": "docs/peers/v16-amd-humaneval-t07/results.json",
+    "step_curve": "docs/bench/step-curve-2026-12-06-amd-v16.json",
     "main_command": "docs/main-command/2026-12-06-amd-requant",
     "paper": "docs/paper/2026-12-06",
 }
