@@ -31,6 +31,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,6 +94,9 @@ def build_tag(scalar: bool = False) -> str:
 
 
 _LIBS: dict[bool, ctypes.CDLL] = {}
+_SCRATCH = threading.Lock()
+"""Held around ``qk_linear`` and ``qk_layer1``: they keep scratch buffers in C, and ctypes releases the GIL
+during the call, so two Python threads must not run them at once."""
 
 
 class KernelBuildError(RuntimeError):
@@ -274,20 +278,21 @@ def linear(
     if bias is not None:
         bias = bias.to(x.dtype).contiguous()
     args = _call_args(lib, segments, cols)
-    rc = lib.qk_linear(
-        x.data_ptr(),
-        int(x.dtype == torch.bfloat16),
-        m,
-        K,
-        Kp,
-        *args,
-        int(cols),
-        None if bias is None else bias.data_ptr(),
-        y.data_ptr(),
-        int(x.dtype == torch.bfloat16),
-        N,
-        threads or torch.get_num_threads(),
-    )
+    with _SCRATCH:
+        rc = lib.qk_linear(
+            x.data_ptr(),
+            int(x.dtype == torch.bfloat16),
+            m,
+            K,
+            Kp,
+            *args,
+            int(cols),
+            None if bias is None else bias.data_ptr(),
+            y.data_ptr(),
+            int(x.dtype == torch.bfloat16),
+            N,
+            threads or torch.get_num_threads(),
+        )
     if rc:
         raise MemoryError(f"the kernel could not allocate its buffers for {m} x {Kp} activations")
     return y
@@ -450,17 +455,18 @@ def layer1(
     ``keys`` / ``values`` (bfloat16, [heads, capacity, head_dim], contiguous), and it attends to
     slots 0..slot; ``mask``: float32 additive, [slot + 1], or None (all of them)."""
     lib = library()
-    rc = lib.qk_layer1(
-        ctypes.byref(w.struct()),
-        x.data_ptr(),
-        cos.data_ptr(),
-        sin.data_ptr(),
-        keys.data_ptr(),
-        values.data_ptr(),
-        keys.shape[-2],
-        slot,
-        None if mask is None else mask.data_ptr(),
-        threads or torch.get_num_threads(),
-    )
+    with _SCRATCH:
+        rc = lib.qk_layer1(
+            ctypes.byref(w.struct()),
+            x.data_ptr(),
+            cos.data_ptr(),
+            sin.data_ptr(),
+            keys.data_ptr(),
+            values.data_ptr(),
+            keys.shape[-2],
+            slot,
+            None if mask is None else mask.data_ptr(),
+            threads or torch.get_num_threads(),
+        )
     if rc:
         raise MemoryError("the layer kernel could not allocate its buffers")
