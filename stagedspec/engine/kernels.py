@@ -56,7 +56,7 @@ from torch import nn
 
 from .attention_kernels import packed_gqa_attention
 from .int4_kernels import INT4_GROUP, int4_fits, int4_pack
-from .qk_kernels import MAX_HEAD_DIM, LayerWeights, has_cols, layer1
+from .qk_kernels import LayerWeights, has_cols, layer1, takes_heads
 from .qk_kernels import linear as qk_linear
 from .lean_whitelist import LEAN_CHECK_RTOL, check_logits, is_llama_layer
 
@@ -374,6 +374,12 @@ def _ensure_fused(layer: nn.Module) -> tuple[nn.Linear, nn.Linear]:
     return fused
 
 
+def _layer_gemms(layer: nn.Module) -> tuple[nn.Linear, nn.Linear, nn.Linear, nn.Linear]:
+    """A lean layer's four GEMM modules in forward order: fused q/k/v, o, fused gate/up, down."""
+    qkv, gate_up = _ensure_fused(layer)
+    return qkv, layer.self_attn.o_proj, gate_up, layer.mlp.down_proj
+
+
 def gemm_module_parts(model: nn.Module) -> list[tuple[nn.Linear, list[str]]]:
     """The Linear modules a lean forward calls, in order, each with the names of the
     model's Linears it computes: per Llama layer the fused q/k/v, o, fused gate/up and down
@@ -382,13 +388,13 @@ def gemm_module_parts(model: nn.Module) -> list[tuple[nn.Linear, list[str]]]:
     inside: set[int] = set()
     for name, mod in model.named_modules():
         if hasattr(mod, "_stagedspec_forward"):
-            qkv, gate_up = _ensure_fused(mod)
+            qkv, o, gate_up, down = _layer_gemms(mod)
             p = f"{name}." if name else ""
             out += [
                 (qkv, [f"{p}self_attn.{x}_proj" for x in "qkv"]),
-                (mod.self_attn.o_proj, [f"{p}self_attn.o_proj"]),
+                (o, [f"{p}self_attn.o_proj"]),
                 (gate_up, [f"{p}mlp.gate_proj", f"{p}mlp.up_proj"]),
-                (mod.mlp.down_proj, [f"{p}mlp.down_proj"]),
+                (down, [f"{p}mlp.down_proj"]),
             ]
             inside |= {id(m) for m in mod.modules()}
         elif isinstance(mod, nn.Linear) and id(mod) not in inside:
@@ -480,8 +486,7 @@ def _layer_weights(layer: nn.Module) -> LayerWeights | None:
     without blocks, not bfloat16, an activation other than SiLU, heads it does not take); made
     at first use and kept with the segments it was made from."""
     attn, mlp = layer.self_attn, layer.mlp
-    qkv, gate_up = _ensure_fused(layer)
-    mods = (qkv, attn.o_proj, gate_up, mlp.down_proj)
+    mods = _layer_gemms(layer)
     segs = tuple(getattr(m, "_stagedspec_native", None) for m in mods)
     key = tuple(map(id, segs))
     got = layer.__dict__.get("_stagedspec_layer1")
@@ -495,9 +500,7 @@ def _layer_weights(layer: nn.Module) -> LayerWeights | None:
         all(segs)
         and all(p.dtype == torch.bfloat16 and p.device.type == "cpu" for p in norms)
         and (isinstance(mlp.act_fn, nn.SiLU) or type(mlp.act_fn).__name__ == "SiLUActivation")
-        and D <= MAX_HEAD_DIM
-        and D % 2 == 0
-        and n_q % n_kv == 0
+        and takes_heads((n_q, n_kv, D))
     ):
         weights = LayerWeights(
             *segs,
@@ -509,6 +512,24 @@ def _layer_weights(layer: nn.Module) -> LayerWeights | None:
         )
     layer.__dict__["_stagedspec_layer1"] = (key, segs, weights)
     return weights
+
+
+_MASK_ROW: list = [None, None]
+"""The last attention mask ``_mask_row`` converted, and its row: every layer of a forward gets the same mask."""
+
+
+def _mask_row(attention_mask: torch.Tensor) -> torch.Tensor:
+    """The last query row of a ``[1, 1, rows, slots]`` mask as float32 additive (what ``layer1``
+    takes), converted once per mask object."""
+    if _MASK_ROW[0] is not attention_mask:
+        row = attention_mask[0, 0, -1]
+        _MASK_ROW[:] = [
+            attention_mask,
+            torch.zeros(row.shape, dtype=torch.float32).masked_fill(~row, float("-inf"))
+            if row.dtype == torch.bool
+            else row.float().contiguous(),
+        ]
+    return _MASK_ROW[1]
 
 
 def _native_layer1(layer, hidden_states, attention_mask, cache, position_embeddings) -> torch.Tensor | None:
@@ -523,16 +544,9 @@ def _native_layer1(layer, hidden_states, attention_mask, cache, position_embeddi
     w = _layer_weights(layer)
     if w is None:
         return None
-    mask = None
-    if attention_mask is not None:
-        row = attention_mask[0, 0, -1]
-        mask = (
-            torch.zeros(row.shape, dtype=torch.float32).masked_fill(~row, float("-inf"))
-            if row.dtype == torch.bool
-            else row.float().contiguous()
-        )
-        if mask.numel() != slots[idx].length + 1:
-            return None
+    mask = None if attention_mask is None else _mask_row(attention_mask)
+    if mask is not None and mask.numel() != slots[idx].length + 1:
+        return None
     keys, values, slot = slots[idx].append_slot()
     x = hidden_states.reshape(-1).clone()
     cos, sin = (t.reshape(-1).contiguous() for t in position_embeddings)

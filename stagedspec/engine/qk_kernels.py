@@ -269,9 +269,7 @@ def linear(
     lib = library(scalar)
     m, K = x.shape
     x = x.contiguous()
-    Kp = segments[0].cols
-    if Kp < K or Kp % QK:
-        raise ValueError(f"blocks of {Kp} columns cannot multiply {K}-column activations")
+    Kp = _blocks_cols(segments, K)
     cols = bool(cols_from) and m >= cols_from and bool(lib.qk_simd())
     N = segments[-1].start + segments[-1].rows
     y = torch.empty(m, N, dtype=x.dtype)
@@ -296,6 +294,14 @@ def linear(
     if rc:
         raise MemoryError(f"the kernel could not allocate its buffers for {m} x {Kp} activations")
     return y
+
+
+def _blocks_cols(segments: list[Segment], K: int) -> int:
+    """The segments' width (a multiple of 256), checked to take ``K``-column activations."""
+    Kp = segments[0].cols
+    if Kp < K or Kp % QK:
+        raise ValueError(f"blocks of {Kp} columns cannot multiply {K}-column activations")
+    return Kp
 
 
 def _call_args(lib: ctypes.CDLL, segments: list[Segment], cols: bool) -> tuple:
@@ -378,6 +384,13 @@ MAX_HEAD_DIM = 512
 """The widest attention head ``layer1`` takes (its per-head buffers)."""
 
 
+def takes_heads(heads: tuple[int, int, int]) -> bool:
+    """Whether ``layer1`` takes these attention heads (query heads, key / value heads, head dim):
+    an even head dim up to ``MAX_HEAD_DIM``, whole query groups."""
+    nq, nkv, D = heads
+    return D <= MAX_HEAD_DIM and D % 2 == 0 and nq % nkv == 0
+
+
 @dataclass
 class LayerWeights:
     """What ``layer1`` reads of one decoder layer: its four GEMMs' segments (q/k/v fused, o,
@@ -400,7 +413,7 @@ class LayerWeights:
         if self._struct is None:
             lib = library()
             nq, nkv, D = self.heads
-            if D > MAX_HEAD_DIM or D % 2 or nq % nkv:
+            if not takes_heads(self.heads):
                 raise ValueError(
                     f"layer1 takes head_dim <= {MAX_HEAD_DIM}, even, and whole query groups (got {self.heads})"
                 )
@@ -418,7 +431,7 @@ class LayerWeights:
                         ctypes.addressof(rows),
                         ctypes.addressof(starts),
                         K,
-                        segs[0].cols,
+                        _blocks_cols(segs, K),
                         N,
                         None if bias is None else bias.data_ptr(),
                     )
