@@ -36,11 +36,13 @@ below costs ``draft_cost`` (a setting). It sends the proposal with the higher
 is kept, as for the rule.
 
 ``timed=True`` prices the same proposals in measured seconds, and a third one: no draft at all
-(a plain target step, one token for T(1)). A verification's cost keeps the shape above (the curve
-or the linear price) but its scale comes from the target calls the run has timed (the decoder's
-``observe_round``), and a round below costs its own measured seconds (the level's whole draft,
-its catch-up after skipped rounds included) where ``draft_cost`` guessed, verified at the mean
-size of its drafts instead of its largest; both start from the untimed prices' prior worth
+(a plain target step, one token for T(1)). A verification's cost starts from the shape above (the
+curve or the linear price) with its scale from the target calls the run has timed (the decoder's
+``observe_round``); per row count, the calls of that many rows timed so far then replace the shape
+(averaged with it, worth ``prior_weight`` calls), so a plain step that runs other code than a
+verification (a one-row layer kernel) is priced at what it costs. A round below costs its own
+measured seconds (the level's whole draft, its catch-up after skipped rounds included) where
+``draft_cost`` guessed, verified at the mean size of its drafts instead of its largest; both start from the untimed prices' prior worth
 ``prior_weight`` rounds. When neither a copy nor the level below promises more tokens per second
 than a plain step, the round drafts nothing, except that once the level below has sat out ``explore``
 - 1 rounds such a round goes below anyway, so the router notices when drafting pays again. Timings are read only
@@ -122,7 +124,8 @@ class _RouteStats:
         self.low_sum, self.low_forwards, self.low_n = 0.0, 0.0, 0
         self.timed = False
         """Costs from measured seconds (``BypassDrafter(timed=True)``)."""
-        self.verify_s, self.verify_units = 0.0, 0.0  # timed target calls: seconds, their verify_cost
+        self.verify_s, self.verify_units = 0.0, 0.0  # timed target calls: seconds, their shape_cost
+        self.rows_s: dict[int, list[float]] = {}  # timed target calls per row count: [seconds, calls]
         self.low_s, self.low_nodes = 0.0, 0.0  # timed rounds below: seconds of the draft, its nodes
 
     def step_seconds(self) -> float | None:
@@ -131,8 +134,22 @@ class _RouteStats:
         return self.verify_s / self.verify_units if self.verify_units else None
 
     def verify_cost(self, rows: int) -> float:
-        """A verification of ``rows`` rows in plain target steps: the calibrated curve (past
-        its end, extended along its last step), else ``1 + row_cost * rows``."""
+        """A verification of ``rows`` rows in plain target steps: ``shape_cost``; timed, once
+        calls were timed, the calls of exactly that many rows measured so far (in units of
+        ``step_seconds``) averaged with ``shape_cost`` worth ``prior_weight`` calls. A plain step
+        and a verification can run different code (a one-row layer kernel, a multi-row GEMM), so
+        their ratio is measured, not read off the GEMMs' curve."""
+        shape = self.shape_cost(rows)
+        step = self.step_seconds() if self.timed else None
+        got = self.rows_s.get(rows) if step else None
+        if not got:
+            return shape
+        w = self.prices.prior_weight
+        return (got[0] / step + w * shape) / (got[1] + w)
+
+    def shape_cost(self, rows: int) -> float:
+        """A verification of ``rows`` rows in plain target steps before any timing: the calibrated
+        curve (past its end, extended along its last step), else ``1 + row_cost * rows``."""
         c = self.curve
         if not c:
             return 1 + self.prices.row_cost * rows
@@ -188,7 +205,10 @@ class _RouteStats:
     def observe_target(self, seconds: float, rows: int) -> None:
         """A timed target call that verified ``rows`` rows (the widest row's)."""
         self.verify_s += seconds
-        self.verify_units += self.verify_cost(rows)
+        self.verify_units += self.shape_cost(rows)
+        got = self.rows_s.setdefault(rows, [0.0, 0])
+        got[0] += seconds
+        got[1] += 1
 
     def record(self, route: tuple[str, int, int], accepted: int, forwards: float, seconds: float = 0.0) -> None:
         """One row's round: ``route`` (kind, match, tokens offered), what was accepted, the
