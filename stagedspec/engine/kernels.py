@@ -56,7 +56,7 @@ from torch import nn
 
 from .attention_kernels import packed_gqa_attention
 from .int4_kernels import INT4_GROUP, int4_fits, int4_pack
-from .qk_kernels import LayerWeights, has_cols, layer1, takes_heads
+from .qk_kernels import LayerWeights, has_cols, layer1, layer_rows, takes_heads
 from .qk_kernels import linear as qk_linear
 from .lean_whitelist import LEAN_CHECK_RTOL, check_logits, is_llama_layer
 
@@ -121,7 +121,9 @@ class KernelChoice:
     """With ``native`` and ``lean_layers``: a one-row forward of a batch of one (plain decoding, a
     draft's chain step) runs each decoder layer whose four GEMMs hold blocks as one C call
     (``qk_kernels.layer1``: the same GEMMs, the norms, rotary embedding, cache write, attention and
-    SiLU beside them, rounded to bfloat16 where the torch layer rounds); False: the torch layer."""
+    SiLU beside them, rounded to bfloat16 where the torch layer rounds); a forward of more rows
+    (a verification, a draft's check of copies) as two, around torch's attention
+    (``qk_kernels.layer_rows``); False: the torch layer."""
     native_cols_from: int = 0
     """With ``native``: forwards of this many rows or more run the kernel's ``cols`` loop (16
     weight rows in the lanes, 8 activation rows at a time), fewer its 4-row loop; 0: the 4-row
@@ -455,8 +457,11 @@ def _lean_layer_forward(
             position_embeddings=position_embeddings,
             **kwargs,
         )
-    if plan.native and plan.native_layers and hidden_states.shape[:2] == (1, 1):
-        out = _native_layer1(self, hidden_states, attention_mask, cache, position_embeddings)
+    if plan.native and plan.native_layers and hidden_states.shape[0] == 1:
+        if hidden_states.shape[1] == 1:
+            out = _native_layer1(self, hidden_states, attention_mask, cache, position_embeddings)
+        else:
+            out = _native_layer_rows(self, hidden_states, attention_mask, cache, position_embeddings, plan)
         if out is not None:
             return out
     attn, mlp = self.self_attn, self.mlp
@@ -551,6 +556,38 @@ def _native_layer1(layer, hidden_states, attention_mask, cache, position_embeddi
     x = hidden_states.reshape(-1).clone()
     cos, sin = (t.reshape(-1).contiguous() for t in position_embeddings)
     layer1(w, x, cos, sin, keys, values, slot, mask)
+    return x.view(hidden_states.shape)
+
+
+def _native_layer_rows(layer, hidden_states, attention_mask, cache, position_embeddings, plan) -> torch.Tensor | None:
+    """n new tokens of a batch of one through ``qk_kernels.layer_rows``: the layer's own code before
+    and after the attention in C, the attention as the torch layer runs it (the same call, mask
+    and cache); None where the layer or the cache is not one it runs."""
+    slots = getattr(cache, "layers", None)
+    attn = layer.self_attn
+    idx = attn.layer_idx
+    if hidden_states.dtype != torch.bfloat16 or slots is None or not hasattr(slots[idx], "append_slot"):
+        return None
+    slot = slots[idx]
+    if not slot.is_initialized:
+        return None
+    w = _layer_weights(layer)
+    if w is None:
+        return None
+    _, n, H = hidden_states.shape
+    n_q, _, D = w.heads
+    keys, values, start = slot.append_slot(n)
+    x = hidden_states.reshape(n, H).clone()
+    cos, sin = (t.reshape(n, D).contiguous() for t in position_embeddings)
+
+    def attend(q: torch.Tensor) -> torch.Tensor:
+        out, _ = _packed_gqa_attention(
+            attn, q.view(1, n, n_q, D).transpose(1, 2), slot.keys, slot.values, attention_mask, scaling=attn.scaling
+        )
+        return out.reshape(n, n_q * D).contiguous()
+
+    cols_from = plan.native_cols_from
+    layer_rows(w, x, cos, sin, keys, values, start, attend, cols=bool(cols_from) and n >= cols_from)
     return x.view(hidden_states.shape)
 
 

@@ -87,13 +87,13 @@ class SlotLayer(CacheLayerMixin):
         self.length += n
         return self.keys, self.values
 
-    def append_slot(self) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """Room for one more slot of a batch of one, for a caller that writes it itself (the
-        one-row layer kernel): this batch row's key and value buffers ([heads, capacity,
-        head_dim]) and the new slot's index, now counted in the layer's length."""
-        self._reserve(self.length + 1)
-        self.length += 1
-        return self._k[0], self._v[0], self.length - 1
+    def append_slot(self, n: int = 1) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """Room for ``n`` more slots of a batch of one, for a caller that writes them itself (the
+        layer kernels): this batch row's key and value buffers ([heads, capacity, head_dim]) and
+        the first new slot's index; the slots are now counted in the layer's length."""
+        self._reserve(self.length + n)
+        self.length += n
+        return self._k[0], self._v[0], self.length - n
 
     def truncate(self, n: int) -> None:
         self.length = min(self.length, n)

@@ -563,7 +563,7 @@ void qk_gemm(int kind, const void *w, int64_t N, int64_t K, const float *xd, con
  * (``cols``: through the panels), and written to y (n x N) as float32, or rounded to bfloat16 (round
  * to nearest even, as torch's .to(bfloat16)) with the bias then added as torch adds two bfloat16
  * tensors (in float32, rounded again): the same bits as the product, .to(dtype) and + bias in torch.
- * The scratch buffers grow as needed and are kept (one caller at a time: the Python side holds the GIL). */
+ * The scratch buffers grow as needed and are kept (one caller at a time: the Python side's lock). */
 static void *scratch[10];
 static size_t scratch_size[10];
 
@@ -583,11 +583,11 @@ static inline float bf16_to_float(uint16_t h) {
     return f;
 }
 
-static inline uint16_t float_to_bf16(float f) { /* round to nearest even; NaN stays NaN */
+static inline uint16_t float_to_bf16(float f) { /* round to nearest even; NaN stays NaN (no branch: vectorizes) */
     uint32_t u;
     memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, quiet = (u >> 16) | 0x40u;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
 }
 
 int qk_linear(const void *x, int x_bf16, int64_t n, int64_t K, int64_t Kp, int nseg, const int *kinds,
@@ -654,7 +654,8 @@ typedef struct {
     const void *const *ws;
     const int64_t *rows, *starts;
     int64_t K, Kp, N;
-    const uint16_t *bias; /* bf16, or NULL */
+    const uint16_t *bias;         /* bf16, or NULL */
+    const void *const *ws_cols;   /* the segments' panels (the cols loop), or NULL */
 } qk_lin;
 
 typedef struct {
@@ -670,11 +671,20 @@ static inline uint16_t bf16_round(float f) { return float_to_bf16(f); }
 static inline float bf(float f) { return bf16_to_float(float_to_bf16(f)); }
 
 static void rms_norm_bf16(const uint16_t *x, const uint16_t *w, int64_t H, float eps, uint16_t *out) {
-    double ss = 0.0; /* the mean of squares as good as float holds it (torch sums pairwise) */
-    for (int64_t i = 0; i < H; i++) {
-        const double v = bf16_to_float(x[i]);
-        ss += v * v;
+    /* the mean of squares as good as float holds it (torch sums pairwise): bf16 squares are exact in
+     * double, so 8 partial sums (they vectorize) give the float the one sum would */
+    double part[8] = {0};
+    int64_t i0 = 0;
+    for (; i0 + 8 <= H; i0 += 8)
+        for (int l = 0; l < 8; l++) {
+            const double v = bf16_to_float(x[i0 + l]);
+            part[l] += v * v;
+        }
+    for (; i0 < H; i0++) {
+        const double v = bf16_to_float(x[i0]);
+        part[0] += v * v;
     }
+    const double ss = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
     const float r = 1.0f / sqrtf((float)(ss / (double)H) + eps);
     for (int64_t i = 0; i < H; i++) out[i] = bf16_round(bf16_to_float(x[i]) * r * bf16_to_float(w[i]));
 }
@@ -682,6 +692,13 @@ static void rms_norm_bf16(const uint16_t *x, const uint16_t *w, int64_t H, float
 static int lin(const qk_lin *L, const uint16_t *x, uint16_t *y, int threads) {
     return qk_linear(x, 1, 1, L->K, L->Kp, L->nseg, L->kinds, L->ws, L->rows, L->starts, 0, L->bias, y, 1, L->N,
                      threads);
+}
+
+/* n rows through the rows loop, or the cols loop (cols != 0, where the panels exist) */
+static int lin_n(const qk_lin *L, const uint16_t *x, int64_t n, int cols, uint16_t *y, int threads) {
+    const int c = cols && L->ws_cols != NULL;
+    return qk_linear(x, 1, n, L->K, L->Kp, L->nseg, L->kinds, c ? L->ws_cols : L->ws, L->rows, L->starts, c, L->bias,
+                     y, 1, L->N, threads);
 }
 
 /* exp(x) for x <= 0 (softmax after the max is taken out): 2^n * p(r), r in [-ln2/2, ln2/2], ~2 ulp */
@@ -702,10 +719,54 @@ static inline float exp_neg(float x) {
     return p * s;
 }
 
+/* The rotary embedding on one row's query and key heads (qkv: q | k | v heads of D), as torch's
+ * bf16(bf16(x * cos) + bf16(rot(x) * sin)); the queries to q (nq x D), the keys and values into
+ * the cache slot t of kc / vc ([nkv, cap, D]). q may be qkv itself. */
+static void rope_store(const uint16_t *qkv, int64_t nq, int64_t nkv, int64_t D, const uint16_t *cos,
+                       const uint16_t *sin, uint16_t *q, uint16_t *kc, uint16_t *vc, int64_t cap, int64_t t) {
+    const int64_t half = D / 2;
+    for (int64_t hd = 0; hd < nq + nkv; hd++) {
+        const uint16_t *v = qkv + hd * D;
+        uint16_t tmp[512];
+        for (int64_t i = 0; i < D; i++) {
+            const float xi = bf16_to_float(v[i]);
+            const float rot = i < half ? -bf16_to_float(v[i + half]) : bf16_to_float(v[i - half]);
+            tmp[i] = bf16_round(bf(xi * bf16_to_float(cos[i])) + bf(rot * bf16_to_float(sin[i])));
+        }
+        memcpy(hd < nq ? q + hd * D : kc + ((hd - nq) * cap + t) * D, tmp, (size_t)D * 2);
+    }
+    for (int64_t g = 0; g < nkv; g++) memcpy(vc + (g * cap + t) * D, qkv + (nq + nkv + g) * D, (size_t)D * 2);
+}
+
+/* x = bf16(x + y), elementwise (torch's bf16 add) */
+static inline void add_bf16(uint16_t *x, const uint16_t *y, int64_t H) {
+    for (int64_t i = 0; i < H; i++) x[i] = bf16_round(bf16_to_float(x[i]) + bf16_to_float(y[i]));
+}
+
+/* h (n x I) = bf16(bf16(silu(g)) * u) for gu = [g | u] per row (n x 2I), as torch's bf16 ops round.
+ * g is a bfloat16, so bf16(silu(g)) = bf16(g / (1 + expf(-g))) takes one of 65536 values: a table of
+ * them, made at the first call (under the Python side's lock), replaces an expf a value. */
+static uint16_t silu_table[65536];
+static int silu_ready = 0;
+
+static void silu_mul(const uint16_t *gu, int64_t n, int64_t I, uint16_t *h, int threads) {
+    if (!silu_ready) {
+        for (int b = 0; b < 65536; b++) {
+            const float g = bf16_to_float((uint16_t)b);
+            silu_table[b] = bf16_round(g / (1.0f + expf(-g)));
+        }
+        silu_ready = 1;
+    }
+#pragma omp parallel for num_threads(threads) schedule(static) if (n > 1)
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t i = 0; i < I; i++)
+            h[r * I + i] = bf16_round(bf16_to_float(silu_table[gu[r * 2 * I + i]]) * bf16_to_float(gu[r * 2 * I + I + i]));
+}
+
 int qk_layer1(const qk_layer_t *L, uint16_t *x, const uint16_t *cos, const uint16_t *sin, uint16_t *kc, uint16_t *vc,
               int64_t cap, int64_t t, const float *mask, int threads) {
-    const int64_t H = L->H, D = L->D, nq = L->nq, nkv = L->nkv, half = D / 2, T = t + 1, groups = nq / nkv;
-    uint16_t *h = grow(5, (size_t)(H > L->I ? H : L->I) * 2 * 2);
+    const int64_t H = L->H, D = L->D, nq = L->nq, nkv = L->nkv, T = t + 1, groups = nq / nkv;
+    uint16_t *h = grow(5, (size_t)(H > L->I ? H : L->I) * 2);
     uint16_t *qkv = grow(6, (size_t)L->qkv.N * 2);
     uint16_t *att = grow(7, (size_t)nq * D * 2);
     uint16_t *gu = grow(8, (size_t)L->gu.N * 2);
@@ -713,20 +774,7 @@ int qk_layer1(const qk_layer_t *L, uint16_t *x, const uint16_t *cos, const uint1
     if (!h || !qkv || !att || !gu || !sc) return 1;
     rms_norm_bf16(x, L->ln1, H, L->eps1, h);
     if (lin(&L->qkv, h, qkv, threads)) return 1;
-    /* the rotary embedding on the query and key heads; keys and values into the cache slot t */
-    for (int64_t hd = 0; hd < nq + nkv; hd++) {
-        uint16_t *v = qkv + hd * D, tmp[512];
-        for (int64_t i = 0; i < D; i++) {
-            const float xi = bf16_to_float(v[i]);
-            const float rot = i < half ? -bf16_to_float(v[i + half]) : bf16_to_float(v[i - half]);
-            tmp[i] = bf16_round(bf(xi * bf16_to_float(cos[i])) + bf(rot * bf16_to_float(sin[i])));
-        }
-        if (hd < nq)
-            memcpy(v, tmp, (size_t)D * 2);
-        else
-            memcpy(kc + ((hd - nq) * cap + t) * D, tmp, (size_t)D * 2);
-    }
-    for (int64_t g = 0; g < nkv; g++) memcpy(vc + (g * cap + t) * D, qkv + (nq + nkv + g) * D, (size_t)D * 2);
+    rope_store(qkv, nq, nkv, D, cos, sin, qkv, kc, vc, cap, t);
     /* attention: query head hq reads key / value head hq / groups */
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t hq = 0; hq < nq; hq++) {
@@ -759,16 +807,55 @@ int qk_layer1(const qk_layer_t *L, uint16_t *x, const uint16_t *cos, const uint1
         for (int64_t i = 0; i < D; i++) att[hq * D + i] = bf16_round(acc[i] / sum);
     }
     if (lin(&L->o, att, h, threads)) return 1;
-    for (int64_t i = 0; i < H; i++) x[i] = bf16_round(bf16_to_float(x[i]) + bf16_to_float(h[i]));
+    add_bf16(x, h, H);
     rms_norm_bf16(x, L->ln2, H, L->eps2, h);
     if (lin(&L->gu, h, gu, threads)) return 1;
-    const int64_t I = L->I;
-    for (int64_t i = 0; i < I; i++) {
-        const float g = bf16_to_float(gu[i]);
-        h[i] = bf16_round(bf(g / (1.0f + expf(-g))) * bf16_to_float(gu[I + i]));
-    }
+    silu_mul(gu, 1, L->I, h, threads);
     uint16_t *dn = gu; /* the gate / up buffer is free again */
     if (lin(&L->down, h, dn, threads)) return 1;
-    for (int64_t i = 0; i < H; i++) x[i] = bf16_round(bf16_to_float(x[i]) + bf16_to_float(dn[i]));
+    add_bf16(x, dn, H);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- one decoder layer, n rows
+ * The same layer for n new tokens of one sequence (a verification, a draft's check), in two calls
+ * around the attention, which the caller runs (torch's SDPA: its tiles beat a loop here at many
+ * rows): qk_layer_pre takes x (n x H) to the queries q (n x nq x D) and writes the keys and values
+ * into cache slots t0 .. t0 + n - 1 (row r's cos / sin at cos + r * D); qk_layer_post takes the
+ * attention's output att (n x nq * D) and x to the layer's output, in place. The GEMMs take the
+ * cols loop where ``cols`` is set, as qk_linear with the same n would. Row by row the same
+ * roundings as qk_layer1. */
+int qk_layer_pre(const qk_layer_t *L, const uint16_t *x, int64_t n, const uint16_t *cos, const uint16_t *sin,
+                 uint16_t *q, uint16_t *kc, uint16_t *vc, int64_t cap, int64_t t0, int cols, int threads) {
+    const int64_t H = L->H, D = L->D, nq = L->nq, nkv = L->nkv, Nqkv = L->qkv.N;
+    uint16_t *h = grow(5, (size_t)n * H * 2);
+    uint16_t *qkv = grow(6, (size_t)n * Nqkv * 2);
+    if (!h || !qkv) return 1;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t r = 0; r < n; r++) rms_norm_bf16(x + r * H, L->ln1, H, L->eps1, h + r * H);
+    if (lin_n(&L->qkv, h, n, cols, qkv, threads)) return 1;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t r = 0; r < n; r++)
+        rope_store(qkv + r * Nqkv, nq, nkv, D, cos + r * D, sin + r * D, q + r * nq * D, kc, vc, cap, t0 + r);
+    return 0;
+}
+
+int qk_layer_post(const qk_layer_t *L, uint16_t *x, const uint16_t *att, int64_t n, int cols, int threads) {
+    const int64_t H = L->H, I = L->I;
+    uint16_t *h = grow(5, (size_t)n * (H > I ? H : I) * 2);
+    uint16_t *gu = grow(8, (size_t)n * L->gu.N * 2);
+    if (!h || !gu) return 1;
+    if (lin_n(&L->o, att, n, cols, h, threads)) return 1;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t r = 0; r < n; r++) {
+        add_bf16(x + r * H, h + r * H, H);
+        rms_norm_bf16(x + r * H, L->ln2, H, L->eps2, h + r * H);
+    }
+    if (lin_n(&L->gu, h, n, cols, gu, threads)) return 1;
+    silu_mul(gu, n, I, h, threads);
+    uint16_t *dn = gu; /* the gate / up buffer is free again */
+    if (lin_n(&L->down, h, n, cols, dn, threads)) return 1;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t r = 0; r < n; r++) add_bf16(x + r * H, dn + r * H, H);
     return 0;
 }

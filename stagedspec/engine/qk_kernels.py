@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -95,7 +96,7 @@ def build_tag(scalar: bool = False) -> str:
 
 _LIBS: dict[bool, ctypes.CDLL] = {}
 _SCRATCH = threading.Lock()
-"""Held around ``qk_linear`` and ``qk_layer1``: they keep scratch buffers in C, and ctypes releases the GIL
+"""Held around ``qk_linear`` and the layer calls: they keep scratch buffers in C, and ctypes releases the GIL
 during the call, so two Python threads must not run them at once."""
 
 
@@ -143,6 +144,8 @@ def library(scalar: bool = False) -> ctypes.CDLL:
     assert lib.qk_layer_struct_bytes() == ctypes.sizeof(_Layer)
     lib.qk_linear.argtypes = [P, C, I, I, I, C, P, P, P, P, C, P, P, C, I, C]
     lib.qk_layer1.argtypes = [P, P, P, P, P, P, I, I, P, C]
+    lib.qk_layer_pre.argtypes = [P, P, I, P, P, P, P, P, I, I, C, C]
+    lib.qk_layer_post.argtypes = [P, P, P, I, C, C]
     _LIBS[scalar] = lib
     return lib
 
@@ -358,6 +361,7 @@ class _Lin(ctypes.Structure):
         ("Kp", ctypes.c_int64),
         ("N", ctypes.c_int64),
         ("bias", ctypes.c_void_p),
+        ("ws_cols", ctypes.c_void_p),
     ]
 
 
@@ -406,11 +410,12 @@ class LayerWeights:
     eps: tuple[float, float]
     heads: tuple[int, int, int]  # query heads, key / value heads, head dim
     scale: float
-    _struct: _Layer | None = field(default=None, repr=False)
+    _structs: dict = field(default_factory=dict, repr=False)
 
-    def struct(self) -> _Layer:
-        """The C struct (made once; it points into the tensors and argument arrays this object keeps)."""
-        if self._struct is None:
+    def struct(self, cols: bool = False) -> _Layer:
+        """The C struct (made once per ``cols``; it points into the tensors and argument arrays this
+        object and the segments keep); ``cols``: with the segments' panels for the cols loop."""
+        if cols not in self._structs:
             lib = library()
             nq, nkv, D = self.heads
             if not takes_heads(self.heads):
@@ -422,6 +427,7 @@ class LayerWeights:
             lins = []
             for segs, bias, K in zip((self.qkv, self.o, self.gate_up, self.down), self.biases, (H, nq * D, H, inter)):
                 n, kinds, ws, rows, starts = _call_args(lib, segs, False)
+                panels = _call_args(lib, segs, True)[2] if cols else None
                 N = segs[-1].start + segs[-1].rows
                 lins.append(
                     _Lin(
@@ -434,9 +440,10 @@ class LayerWeights:
                         _blocks_cols(segs, K),
                         N,
                         None if bias is None else bias.data_ptr(),
+                        None if panels is None else ctypes.addressof(panels),
                     )
                 )
-            self._struct = _Layer(
+            self._structs[cols] = _Layer(
                 H,
                 nq,
                 nkv,
@@ -449,7 +456,7 @@ class LayerWeights:
                 self.norms[1].data_ptr(),
                 *lins,
             )
-        return self._struct
+        return self._structs[cols]
 
 
 def layer1(
@@ -481,5 +488,59 @@ def layer1(
             None if mask is None else mask.data_ptr(),
             threads or torch.get_num_threads(),
         )
+    if rc:
+        raise MemoryError("the layer kernel could not allocate its buffers")
+
+
+def layer_rows(
+    w: LayerWeights,
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    start: int,
+    attend: Callable[[torch.Tensor], torch.Tensor],
+    cols: bool = False,
+    threads: int | None = None,
+) -> None:
+    """One decoder layer for n new tokens of one sequence, in place, in two kernel calls around
+    ``attend``: ``x`` (bfloat16, [n, hidden], contiguous) becomes the layer's output; row r's key
+    and value heads go into cache slot ``start + r`` of ``keys`` / ``values`` (bfloat16, [heads,
+    capacity, head_dim]); ``cos`` / ``sin``: [n, head_dim]. ``attend(q)`` takes the rotated
+    queries ([n, query heads, head_dim]) and returns the attention's output ([n, query heads *
+    head_dim], contiguous): the caller's SDPA over the cache, with its mask. ``cols``: the GEMMs
+    through the cols loop (as ``linear`` with ``cols_from`` <= n)."""
+    lib = library()
+    n = x.shape[0]
+    nq, _, D = w.heads
+    cols = bool(cols) and bool(lib.qk_simd())
+    st = ctypes.byref(w.struct(cols))
+    q = torch.empty(n, nq, D, dtype=torch.bfloat16)
+    t = threads or torch.get_num_threads()
+    with _SCRATCH:
+        rc = lib.qk_layer_pre(
+            st,
+            x.data_ptr(),
+            n,
+            cos.data_ptr(),
+            sin.data_ptr(),
+            q.data_ptr(),
+            keys.data_ptr(),
+            values.data_ptr(),
+            keys.shape[-2],
+            start,
+            int(cols),
+            t,
+        )
+    if rc:
+        raise MemoryError("the layer kernel could not allocate its buffers")
+    att = attend(q)
+    if att.dtype != torch.bfloat16 or att.shape != (n, nq * D) or not att.is_contiguous():
+        raise ValueError(
+            f"attend must return a contiguous bfloat16 [{n}, {nq * D}] tensor, got {att.dtype} {tuple(att.shape)}"
+        )
+    with _SCRATCH:
+        rc = lib.qk_layer_post(st, x.data_ptr(), att.data_ptr(), n, int(cols), t)
     if rc:
         raise MemoryError("the layer kernel could not allocate its buffers")

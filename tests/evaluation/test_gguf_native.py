@@ -191,6 +191,72 @@ def test_one_row_forwards_run_a_layer_per_kernel_call_and_give_the_torch_layers_
     assert tokens[0] == tokens[1]
 
 
+def _rows_logits(model, plan: KernelChoice, prompt: list[int], chain: list[int]) -> list[torch.Tensor]:
+    """Logits of forwards of several rows after ``prompt``, through the engine's cache: ``chain``'s
+    first 2, then all of it (as a verification feeds them), then a tree of two branches (a mask)."""
+    from stagedspec.engine.kv_cache import KVModel
+
+    kv = KVModel(model, name="t", plan=plan)
+    kv.reset(1)
+    kv.extend_chain([prompt])
+    out = []
+    for n in (2, len(chain)):
+        kv.sync([prompt])
+        out.append(kv.extend([chain[:n]], [[-1] + list(range(n - 1))], [list(range(n))])[0])
+    kv.sync([prompt])
+    out.append(kv.extend([chain[:6]], [[-1, 0, 1, -1, 3, 4]], [list(range(6))])[0])
+    return out
+
+
+@pytest.mark.parametrize("cols_from", COLS)
+def test_forwards_of_several_rows_run_two_kernel_calls_a_layer_and_give_the_torch_layers_bits(monkeypatch, cols_from):
+    """A forward of n > 1 rows of a batch of one (a verification) runs each decoder layer as two C
+    calls around torch's attention (``qk_kernels.layer_rows``): the norm, q/k/v, rotary embedding and
+    cache write before, the o product, residuals, norm, gate/up, SiLU and down after. Its logits are
+    the torch lean layer's bit for bit for chains and for a tree (the attention and its mask are the
+    torch layer's own call), on the rows loop and on the cols loop (``cols_from`` 4: the 7-row chain
+    and the tree take it); speculative decoding's tokens are the same either way."""
+    from stagedspec.drafters import ModelDrafter
+
+    from tests.helpers import other_small
+
+    t, blocks = _native_target(seed=4, attention_bias=True)
+    assert gguf_native.attach(t.model, blocks) == (9, 0)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in t.model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(torch.rand(p.shape, generator=g) + 0.5)
+    t.model.to(torch.bfloat16)
+    calls: list[tuple[int, bool]] = []
+    real = kernels.layer_rows
+    monkeypatch.setattr(
+        kernels, "layer_rows", lambda w, x, *a, **k: calls.append((x.shape[0], k["cols"])) or real(w, x, *a, **k)
+    )
+    plan = native_plan(cols_from)
+    torch_plan = dataclasses.replace(plan, native_layers=False)
+    prompt, chain = [5, 17, 99, 3, 64, 7, 41], [12, 88, 3, 120, 9, 9, 77]
+    fast = _rows_logits(t.model, plan, prompt, chain)
+    big = bool(cols_from)
+    assert calls[:2] == [(2, False)] * 2 and calls[2:] == [(7, big)] * 2 + [(6, big)] * 2  # 2 layers each
+    calls.clear()
+    slow = _rows_logits(t.model, torch_plan, prompt, chain)
+    assert not calls
+    for a, b in zip(fast, slow):
+        assert torch.equal(a, b), float((a - b).abs().max())
+    prompts = tiny_prompts(2)
+    tokens = [
+        [
+            s.output_ids
+            for s in SpeculativeDecoder(t.model, ModelDrafter(other_small(t.vocab_size), k=3), SamplingConfig(), plan=p)
+            .generate(prompts, N_NEW)
+            .sequences
+        ]
+        for p in (plan, torch_plan)
+    ]
+    assert tokens[0] == tokens[1]
+
+
 @pytest.mark.parametrize(
     "spec,match",
     [
