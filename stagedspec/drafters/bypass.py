@@ -35,19 +35,19 @@ below costs ``draft_cost`` (a setting). It sends the proposal with the higher
 (accepted + 1) / cost. It reads only the context and earlier rounds' acceptance, so exactness
 is kept, as for the rule.
 
-``timed=True`` prices the same proposals in measured seconds, and a third one: no draft at all
-(a plain target step, one token for T(1)). A verification's cost starts from the shape above (the
-curve or the linear price) with its scale from the target calls the run has timed (the decoder's
+``timed=True`` prices the same proposals in measured seconds, and a third one: no draft at all (a
+plain target step, one token for T(1)). A verification's cost starts from the shape above (the curve
+or the linear price) with its scale from the target calls the run has timed (the decoder's
 ``observe_round``); per row count, the calls of that many rows timed so far then replace the shape
 (averaged with it, worth ``prior_weight`` calls), so a plain step that runs other code than a
 verification (a one-row layer kernel) is priced at what it costs. A round below costs its own
 measured seconds (the level's whole draft, its catch-up after skipped rounds included) where
-``draft_cost`` guessed, verified at the mean size of its drafts instead of its largest; both start from the untimed prices' prior worth
-``prior_weight`` rounds. When neither a copy nor the level below promises more tokens per second
-than a plain step, the round drafts nothing, except that once the level below has sat out ``explore``
-- 1 rounds such a round goes below anyway, so the router notices when drafting pays again. Timings are read only
-from earlier rounds, so exactness is kept; a seeded sampled run no longer routes, and so samples,
-the same way twice.
+``draft_cost`` guessed, verified at the mean size of its drafts instead of its largest; both start
+from the untimed prices' prior worth ``prior_weight`` rounds. When neither a copy nor the level
+below promises more tokens per second than a plain step, the round drafts nothing, except that once
+the level below has sat out ``explore`` - 1 rounds such a round goes below anyway, so the router
+notices when drafting pays again. Timings are read only from earlier rounds, so exactness is kept; a
+seeded sampled run no longer routes, and so samples, the same way twice.
 
 Batch: the level below drafts for every row or none (its caches hold every row), so when
 some row has no long match, the rows that have one still take their copy and the level
