@@ -28,5 +28,5 @@ python experiments/peers.py "${common[@]}" --data humaneval --temperature 0.7 --
   --ours "ar,copy:16:3,q4:12:50:2,n4:12:50:2,$staged" --out docs/peers/v17-amd-humaneval-t07
 date -u
 python experiments/bench_step_curve.py --native --llama-cpp --repeats 5 --rows 1,2,3,4,6,8,12,16,17,24,32 \
-  --out docs/bench/step-curve-2026-12-06-amd-v17.md
+  --out docs/bench/step-curve-2026-12-07-amd-v17.md
 date -u
