@@ -30,11 +30,11 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
 SOURCES = {
-    "peers": "docs/peers/v16-amd-humaneval-t0/results.json",
-    "llama_cpp": "docs/peers/v16-amd-llama-cpp-humaneval-t0.json",
-    "peers_mtbench": "docs/peers/v16-amd-mtbench-t0/results.json",
-    "peers_t07": "docs/peers/v16-amd-humaneval-t07/results.json",
-    "step_curve": "docs/bench/step-curve-2026-12-06-amd-v16.json",
+    "peers": "docs/peers/v18-amd-humaneval-t0/results.json",
+    "llama_cpp": "docs/peers/v18-amd-llama-cpp-humaneval-t0.json",
+    "peers_mtbench": "docs/peers/v18-amd-mtbench-t0/results.json",
+    "peers_t07": "docs/peers/v18-amd-humaneval-t07/results.json",
+    "step_curve": "docs/bench/step-curve-2026-12-07-amd-v18.json",
     "main_command": "docs/main-command/2026-12-06-amd-layer1",
     "paper": "docs/paper/2026-12-06",
 }
@@ -83,7 +83,8 @@ def llama_rates(llama: dict) -> dict[str, float]:
 
 
 TORCH_LAYERS = "gguf_native_torch_layers"
-"""The step curve's native plan with its one-row layers in torch (the layer kernel's A/B; v16 on)."""
+"""The step curve's native plan with its decoder layers in torch (the layer kernels' A/B; v16 on: one-row
+layers only in v16, every row count from v17)."""
 
 
 def step_ms(curve: dict, weights: str, rows: int) -> float:

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The README's results once forwards of the native models (the target on its GGUF's blocks, the 0.5B
 # re-encoded) run each decoder layer in C at every row count (one row: qk_kernels.layer1, one call; more
-# rows: qk_kernels.layer_rows, two calls around torch's attention) and the timed router prices each row
-# step by its own timed calls (verifications by the curve); on a 2-core AMD EPYC (AVX-512 BF16/VNNI, no AMX), nothing else running:
-# the same methods as bench_session_2026_12_06_amd8.sh and _amd9.sh (v17: every row count priced by its own timed calls); the step curve's torch-layer plan is the A/B.
+# rows: qk_kernels.layer_rows, two calls around torch's attention) and the timed router prices a plain
+# step by its own timed calls (verifications by the curve); on a 2-core AMD EPYC (AVX-512 BF16/VNNI, no
+# AMX), nothing else running: the same methods as bench_session_2026_12_06_amd8.sh and _amd9.sh (v17:
+# every row count priced by its own timed calls); the step curve's torch-layer plan is the A/B.
 # LLAMA_BIN: llama.cpp's build/bin, with the bindings importable (docs/llama-cpp.md).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
