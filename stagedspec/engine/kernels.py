@@ -537,9 +537,9 @@ def _mask_row(attention_mask: torch.Tensor) -> torch.Tensor:
     return _MASK_ROW[1]
 
 
-def _native_layer1(layer, hidden_states, attention_mask, cache, position_embeddings) -> torch.Tensor | None:
-    """One new token of a batch of one through ``qk_kernels.layer1``; None where the layer or
-    the cache is not one it runs (the caller then takes the torch layer)."""
+def _native_slot(layer, hidden_states, cache):
+    """(the layer's slot cache, its ``LayerWeights``) where the C layer kernels can run it: bfloat16
+    states, a filled ``SlotLayer`` (one that hands out slots), GEMMs on blocks; else None."""
     slots = getattr(cache, "layers", None)
     idx = layer.self_attn.layer_idx
     if hidden_states.dtype != torch.bfloat16 or slots is None or not hasattr(slots[idx], "append_slot"):
@@ -547,12 +547,20 @@ def _native_layer1(layer, hidden_states, attention_mask, cache, position_embeddi
     if not slots[idx].is_initialized:
         return None
     w = _layer_weights(layer)
-    if w is None:
+    return None if w is None else (slots[idx], w)
+
+
+def _native_layer1(layer, hidden_states, attention_mask, cache, position_embeddings) -> torch.Tensor | None:
+    """One new token of a batch of one through ``qk_kernels.layer1``; None where the layer or
+    the cache is not one it runs (the caller then takes the torch layer)."""
+    got = _native_slot(layer, hidden_states, cache)
+    if got is None:
         return None
+    slot_layer, w = got
     mask = None if attention_mask is None else _mask_row(attention_mask)
-    if mask is not None and mask.numel() != slots[idx].length + 1:
+    if mask is not None and mask.numel() != slot_layer.length + 1:
         return None
-    keys, values, slot = slots[idx].append_slot()
+    keys, values, slot = slot_layer.append_slot()
     x = hidden_states.reshape(-1).clone()
     cos, sin = (t.reshape(-1).contiguous() for t in position_embeddings)
     layer1(w, x, cos, sin, keys, values, slot, mask)
@@ -563,17 +571,11 @@ def _native_layer_rows(layer, hidden_states, attention_mask, cache, position_emb
     """n new tokens of a batch of one through ``qk_kernels.layer_rows``: the layer's own code before
     and after the attention in C, the attention as the torch layer runs it (the same call, mask
     and cache); None where the layer or the cache is not one it runs."""
-    slots = getattr(cache, "layers", None)
+    got = _native_slot(layer, hidden_states, cache)
+    if got is None:
+        return None
+    slot, w = got
     attn = layer.self_attn
-    idx = attn.layer_idx
-    if hidden_states.dtype != torch.bfloat16 or slots is None or not hasattr(slots[idx], "append_slot"):
-        return None
-    slot = slots[idx]
-    if not slot.is_initialized:
-        return None
-    w = _layer_weights(layer)
-    if w is None:
-        return None
     _, n, H = hidden_states.shape
     n_q, _, D = w.heads
     keys, values, start = slot.append_slot(n)
@@ -586,8 +588,7 @@ def _native_layer_rows(layer, hidden_states, attention_mask, cache, position_emb
         )
         return out.reshape(n, n_q * D).contiguous()
 
-    cols_from = plan.native_cols_from
-    layer_rows(w, x, cos, sin, keys, values, start, attend, cols=bool(cols_from) and n >= cols_from)
+    layer_rows(w, x, cos, sin, keys, values, start, attend, cols_from=plan.native_cols_from)
     return x.view(hidden_states.shape)
 
 

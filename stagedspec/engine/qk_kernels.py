@@ -255,6 +255,11 @@ def matmul(
     return linear(x.to(torch.float32), segments, None, cols_from, threads, scalar)
 
 
+def _takes_cols(lib: ctypes.CDLL, rows: int, cols_from: int) -> bool:
+    """Whether a product of ``rows`` rows runs the cols loop: from ``cols_from`` rows (0: never), where the build has it."""
+    return bool(cols_from) and rows >= cols_from and bool(lib.qk_simd())
+
+
 def linear(
     x: torch.Tensor,
     segments: list[Segment],
@@ -273,7 +278,7 @@ def linear(
     m, K = x.shape
     x = x.contiguous()
     Kp = _blocks_cols(segments, K)
-    cols = bool(cols_from) and m >= cols_from and bool(lib.qk_simd())
+    cols = _takes_cols(lib, m, cols_from)
     N = segments[-1].start + segments[-1].rows
     y = torch.empty(m, N, dtype=x.dtype)
     if bias is not None:
@@ -501,7 +506,7 @@ def layer_rows(
     values: torch.Tensor,
     start: int,
     attend: Callable[[torch.Tensor], torch.Tensor],
-    cols: bool = False,
+    cols_from: int = 0,
     threads: int | None = None,
 ) -> None:
     """One decoder layer for n new tokens of one sequence, in place, in two kernel calls around
@@ -509,12 +514,12 @@ def layer_rows(
     and value heads go into cache slot ``start + r`` of ``keys`` / ``values`` (bfloat16, [heads,
     capacity, head_dim]); ``cos`` / ``sin``: [n, head_dim]. ``attend(q)`` takes the rotated
     queries ([n, query heads, head_dim]) and returns the attention's output ([n, query heads *
-    head_dim], contiguous): the caller's SDPA over the cache, with its mask. ``cols``: the GEMMs
-    through the cols loop (as ``linear`` with ``cols_from`` <= n)."""
+    head_dim], contiguous): the caller's SDPA over the cache, with its mask. ``cols_from``: as
+    ``linear``'s (the GEMMs through the cols loop from that many rows)."""
     lib = library()
     n = x.shape[0]
     nq, _, D = w.heads
-    cols = bool(cols) and bool(lib.qk_simd())
+    cols = _takes_cols(lib, n, cols_from)
     st = ctypes.byref(w.struct(cols))
     q = torch.empty(n, nq, D, dtype=torch.bfloat16)
     t = threads or torch.get_num_threads()

@@ -231,7 +231,9 @@ def test_forwards_of_several_rows_run_two_kernel_calls_a_layer_and_give_the_torc
     calls: list[tuple[int, bool]] = []
     real = kernels.layer_rows
     monkeypatch.setattr(
-        kernels, "layer_rows", lambda w, x, *a, **k: calls.append((x.shape[0], k["cols"])) or real(w, x, *a, **k)
+        kernels,
+        "layer_rows",
+        lambda w, x, *a, **k: calls.append((x.shape[0], 0 < k["cols_from"] <= x.shape[0])) or real(w, x, *a, **k),
     )
     plan = native_plan(cols_from)
     torch_plan = dataclasses.replace(plan, native_layers=False)
