@@ -23,9 +23,9 @@ and for each row it estimates the tokens per unit of target time of the two prop
 make, the copy after the longest match (any match length from 1, cut to the length that prices
 best) and the level below's draft, from what earlier rounds measured: for copies whose match had
 the same length m (1..8, 8 meaning 8 or more) the per-token acceptance a (accepted tokens over
-accepted tokens plus copies that stopped short; prior m / (m + 1)), so a copy cut to L tokens is
-expected to have a + a^2 + ... + a^L accepted; for the level below the mean accepted and its
-forwards per round; each estimate starts from a prior worth ``prior_weight`` rounds. Costs are counted in
+accepted tokens plus copies that stopped short; prior m / (m + 1), worth ``copy_weight`` rounds), so a
+copy cut to L tokens is expected to have a + a^2 + ... + a^L accepted; for the level below the mean
+accepted and its forwards per round, from a prior worth ``prior_weight`` rounds. Costs are counted in
 plain target steps: a verification of n rows costs T(n) / T(1) from the machine's calibrated
 cost curve when the run has one (``use_step_curve``: the target's kernel plan, timed on this
 machine and cached, so a seeded run on one machine routes the same way each time; on a CPU
@@ -50,8 +50,14 @@ measured seconds (the level's whole draft, its catch-up after skipped rounds inc
 from the untimed prices' prior worth ``prior_weight`` rounds. When neither a copy nor the level
 below promises more tokens per second than a plain step, the round drafts nothing, except that once
 the level below has sat out ``explore`` - 1 rounds such a round goes below anyway, so the router
-notices when drafting pays again. Timings are read only from earlier rounds, so exactness is kept; a
+notices when drafting pays again (after each such round that leaves the level below priced under a
+plain step the wait doubles: on prose, where the small model rarely pays, it is tried 16, 48, 112...
+rounds in, not every 16). Timings are read only from earlier rounds, so exactness is kept; a
 seeded sampled run no longer routes, and so samples, the same way twice.
+
+``lazy_lower=True`` gives the level below the prompt only when a round first goes below (that
+round's contexts, before its draft is timed): where copies and plain steps carry a whole answer, the
+small model's prefill is never paid.
 
 Batch: the level below drafts for every row or none (its caches hold every row), so when
 some row has no long match, the rows that have one still take their copy and the level
@@ -107,9 +113,14 @@ class RoutePrices:
     acceptance of m / (m + 1), a round below ``prior_accepted`` accepted with
     ``prior_accepted + 1`` forwards."""
     prior_accepted: float = 4.0
+    copy_weight: float = 0.5
+    """Rounds' worth of the copies' prior (m / (m + 1) per token after an m-token match): lighter
+    than ``prior_weight``, since a copy's first rounds say much about the next (a restated
+    signature is copied whole); chosen on the dev split (docs/tuning/)."""
     explore: float = 16
     """``timed``: a round that would draft nothing goes below anyway when the level below has not
-    drafted for this many rounds less one (0: never)."""
+    drafted for this many rounds less one (0: never); each such round after which the level below
+    still prices under a plain step doubles the wait, a round below on its own merit restores it."""
 
 
 MATCH_BUCKETS = 8
@@ -165,8 +176,8 @@ class _RouteStats:
 
     def copy_alpha(self, match: int) -> float:
         """Per-token acceptance of copies after an m-token match: accepted / (accepted + copies
-        that stopped short), from a prior of m accepted per stop worth ``prior_weight`` rounds."""
-        b, w = min(match, MATCH_BUCKETS), self.prices.prior_weight
+        that stopped short), from a prior of m accepted per stop worth ``copy_weight`` rounds."""
+        b, w = min(match, MATCH_BUCKETS), self.prices.copy_weight
         return (self.copy_acc[b] + w * b) / (self.copy_acc[b] + self.copy_short[b] + w * (b + 1))
 
     def copy_offer(self, match: int, length: int) -> tuple[float, int]:
@@ -244,11 +255,15 @@ class BypassDrafter(Drafter):
         prices: RoutePrices | None = None,
         cost_curve: bool = False,
         timed: bool = False,
+        lazy_lower: bool = False,
     ) -> None:
         if timed and prices is None:
             raise ValueError(f"{name}: timed routing prices each round; give it prices (RoutePrices())")
         self.lower, self.k, self.min_match, self.max_match, self.name = lower, k, min_match, max_match, name
         self.miss_below = miss_below
+        self.lazy_lower = lazy_lower
+        """The level below gets the prompt only when a round first goes below (``prefill``)."""
+        self._lower_waits = False  # lazy_lower: the level below has not had the prompt yet
         self.prices = prices
         self.cost_curve = cost_curve
         """The job hands this router the target's calibrated cost curve (``use_step_curve``)."""
@@ -256,6 +271,8 @@ class BypassDrafter(Drafter):
         if self._stats is not None:
             self._stats.timed = timed
         self._since_lower = 0  # rounds since the level below last drafted (timed: its exploration)
+        self._explore_wait = prices.explore if prices is not None else 0.0  # rounds, doubled after a vain one
+        self._exploring = False  # this round went below only to explore
         self._round_seconds = 0.0  # seconds of the level below's draft in the last round
         self._routes: list[tuple[str, int, int]] = []  # per row: ("copy", match, length) / ("lower", 0, 0)
         self._round_forwards = (
@@ -269,9 +286,12 @@ class BypassDrafter(Drafter):
         self._cold: list[bool] = []  # per row: that copy missed (fewer than miss_below accepted)
 
     def reset(self, batch_size: int) -> None:
+        self._lower_waits = False
         self._copied, self._cold = [False] * batch_size, [False] * batch_size
         self._routes = []
         self._since_lower = 0
+        if self.prices is not None:
+            self._explore_wait, self._exploring = self.prices.explore, False
         super().reset(batch_size)
 
     def keep_rows(self, rows: list[int]) -> None:
@@ -286,6 +306,19 @@ class BypassDrafter(Drafter):
         if self._stats is not None and len(self._routes) == len(accepted):
             for route, a in zip(self._routes, accepted):
                 self._stats.record(route, a, self._round_forwards, self._round_seconds)
+            if self._exploring:  # in vain while the level below still prices under a plain step
+                vain = self._stats.lower_rate(self.lower.max_depth) < self._stats.plain_rate()
+                self._explore_wait = 2 * self._explore_wait if vain else self.prices.explore
+            self._exploring = False
+
+    def prefill(self, contexts: list[list[int]]) -> None:
+        """With ``lazy_lower``, nothing: the level below (a model's cache filled with the whole
+        prompt) gets the contexts of the round that first goes below, before that round's draft
+        is timed; a job whose rounds never go below never pays for it."""
+        if self.lazy_lower and self.lower is not None:
+            self._lower_waits = True
+            return
+        super().prefill(contexts)
 
     @property
     def timed(self) -> bool:
@@ -331,8 +364,9 @@ class BypassDrafter(Drafter):
         below = self.lower.max_depth if self.lower is not None else 0
         lower_rate = self._stats.lower_rate(below) if self.lower is not None else 0.0
         plain = self.timed and max(lower_rate, 0.0) < self._stats.plain_rate()
-        if plain and self.lower is not None and self._since_lower + 1 >= self._stats.prices.explore > 0:
-            plain = False  # explore: try the level below again
+        self._exploring = False
+        if plain and self.lower is not None and self._since_lower + 1 >= self._explore_wait > 0:
+            plain, self._exploring = False, True  # explore: try the level below again
         out: list[list[int] | None] = []
         self._routes = []
         for cont, match in self._matches(contexts, 1):
@@ -367,6 +401,9 @@ class BypassDrafter(Drafter):
         self._round_forwards = self._round_seconds = 0.0
         goes_below = any(c == [] for c in copies)
         if self.lower is not None and goes_below:
+            if self._lower_waits:  # untimed by the router: a one-off, not the price of a round below
+                self._lower_waits = False
+                self.lower.prefill(contexts)
             calls = self.lower.forward_stats()[1]
             t1 = time.perf_counter()
             lowered = self.lower.propose(contexts, features)

@@ -189,10 +189,13 @@ class BypassLevel:
     (``drafters/bypass.py``)."""
     prices: Any = None
     """With route=priced or timed: ``RoutePrices`` fields to change (row_cost, draft_cost,
-    prior_weight, prior_accepted, explore); None: its defaults."""
+    prior_weight, prior_accepted, copy_weight, explore); None: its defaults."""
     cost_curve: bool = False
     """With route=priced: cost a verification of n rows at the target's calibrated T(n) / T(1)
     (``KernelChoice.step_curve``, handed over by the job) instead of ``1 + row_cost * n``."""
+    lazy_lower: bool = True
+    """The level below gets the prompt only when a round first goes below (a model level's
+    prefill is not paid in a job whose rounds never go below); false: with the prompt."""
     routes = True  # a router: the level below it still drafts for the target (takes `tree`)
 
     def route_prices(self) -> RoutePrices | None:
@@ -216,6 +219,8 @@ class BypassLevel:
         _check_count(self.name, "miss_below", self.miss_below, self.k, "0: off", hi_label=f"k={self.k}")
         if not isinstance(self.cost_curve, bool):
             raise ValueError(f"level {self.name!r}: cost_curve must be true or false, got {self.cost_curve!r}")
+        if not isinstance(self.lazy_lower, bool):
+            raise ValueError(f"level {self.name!r}: lazy_lower must be true or false, got {self.lazy_lower!r}")
 
     def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
         return BypassDrafter(
@@ -228,6 +233,7 @@ class BypassLevel:
             prices=self.route_prices(),
             cost_curve=self.cost_curve,
             timed=self.route == "timed",
+            lazy_lower=self.lazy_lower,
         )
 
 

@@ -150,6 +150,7 @@ def our_methods(target, files: dict[str, Path], k: int, tree: str | None, lower_
 LEVEL_KINDS = ("lookup", "ngram", "small", "fr", "q4", "n4", "copy", "route", "priced", "timed")
 MODEL_KINDS = ("small", "fr", "q4", "n4")  # the packaged draft model: as it is / pruned head / 4-bit at few rows
 # through torch / re-encoded Q4_K blocks through the native kernel at every row count (weights=requant_q4k)
+ROUTER_KINDS = ("route", "priced", "timed")
 INT4_ROWS = 2
 """``q4``: the draft's forwards of up to this many rows take 4-bit weights (``KernelChoice.int4_rows``)."""
 
@@ -169,6 +170,8 @@ def parse_ours(spec: str) -> dict[str, list[tuple[str, list[int]]]]:
     ``route:k`` the bypass level's priced router (``RoutePrices``' defaults), ``priced:k`` the same
     pricing verifications by the target's calibrated cost curve (``pair_methods``' ``curve``), ``timed:k``
     the priced router in measured seconds with a plain step as a third proposal (on the curve's shape);
+    the routers give the level below the prompt when a round first goes below (``lazy_lower``), and
+    with the prompt as it comes with ``route:K:1`` / ``priced:K:1`` / ``timed:K:1``;
     ``ar`` is plain decoding.
     Name -> levels."""
     out = {}
@@ -185,14 +188,15 @@ def parse_ours(spec: str) -> dict[str, list[tuple[str, list[int]]]]:
                 kind not in LEVEL_KINDS
                 or not nums
                 or not all(n.isdigit() and int(n) > 0 for n in nums)
-                or len(nums) > (3 if kind in ("copy", *MODEL_KINDS) else 2 if kind == "ngram" else 1)
+                or len(nums) > (3 if kind in ("copy", *MODEL_KINDS) else 2 if kind in ("ngram", *ROUTER_KINDS) else 1)
+                or (kind in ROUTER_KINDS and len(nums) > 1 and int(nums[1]) != 1)
                 or (kind == "ngram" and len(nums) > 1 and int(nums[1]) >= 100)
                 or (kind in MODEL_KINDS and len(nums) > 1 and int(nums[1]) >= 100)
                 or (kind in MODEL_KINDS and len(nums) > 2 and int(nums[2]) > 8)
             ):
                 raise SystemExit(
                     f"--ours: bad level {part!r} in {item!r}; valid: ar, lookup:K, ngram:K[:MIN_TOP_PERCENT], "
-                    f"small:K[:STOP_PERCENT[:ALTS]], fr:..., q4:..., n4:... (STOP_PERCENT 1-99, ALTS 1-8), copy:K[:MIN_MATCH[:MISS_BELOW]], route:K, priced:K, timed:K, joined "
+                    f"small:K[:STOP_PERCENT[:ALTS]], fr:..., q4:..., n4:... (STOP_PERCENT 1-99, ALTS 1-8), copy:K[:MIN_MATCH[:MISS_BELOW]], route:K[:1], priced:K[:1], timed:K[:1], joined "
                     f"by '>' lowest first (e.g. ngram:4>small:8>copy:24:8, ngram:4>small:16:40)"
                 )
             levels.append((kind, [int(n) for n in nums]))
@@ -232,7 +236,7 @@ def pair_methods(target, small, spec: str, curve: tuple[float, ...] = ()) -> dic
                         stop_alternatives=nums[2] if len(nums) > 2 else 0,
                         native=kind == "n4",
                     )
-                elif kind in ("route", "priced", "timed"):
+                elif kind in ROUTER_KINDS:
                     timed = kind == "timed"
                     d = BypassDrafter(
                         d,
@@ -242,6 +246,7 @@ def pair_methods(target, small, spec: str, curve: tuple[float, ...] = ()) -> dic
                         prices=RoutePrices(),
                         timed=timed,
                         cost_curve=kind != "route",
+                        lazy_lower=len(nums) == 1,
                     )
                     if kind in ("priced", "timed"):
                         d.use_step_curve(curve)

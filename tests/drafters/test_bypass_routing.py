@@ -54,7 +54,7 @@ def test_without_miss_below_a_match_always_copies():
 BelowOne = ProposeOne
 
 
-PRICES = RoutePrices(row_cost=0.1, draft_cost=0.5, prior_weight=1.0, prior_accepted=2.0)
+PRICES = RoutePrices(row_cost=0.1, draft_cost=0.5, prior_weight=1.0, prior_accepted=2.0, copy_weight=1.0)
 
 
 def test_the_priced_router_sends_the_round_with_more_tokens_per_cost_by_hand():
@@ -66,7 +66,7 @@ def test_the_priced_router_sends_the_round_with_more_tokens_per_cost_by_hand():
     1.339), above 1.25: [3, 4]. Nothing again: a = 2 / 5, best L = 2 at 1.56 / 1.3 = 1.2 < 1.25:
     below. One accepted there with no forward lifts the level below to (1.5 + 1) / (1.2 + 0.4 *
     1.5) = 1.39, so it stays below."""
-    prices = RoutePrices(row_cost=0.1, draft_cost=0.4, prior_weight=1.0, prior_accepted=2.0)
+    prices = RoutePrices(row_cost=0.1, draft_cost=0.4, prior_weight=1.0, prior_accepted=2.0, copy_weight=1.0)
     d = BypassDrafter(BelowOne(), k=3, min_match=2, prices=prices)
     d.reset(1)
     ctx = [[1, 2, 3, 4, 1, 2]]
@@ -80,6 +80,62 @@ def test_the_priced_router_sends_the_round_with_more_tokens_per_cost_by_hand():
     rate, cut = d._stats.copy_offer(2, 3)
     assert cut == 2 and abs(rate - 1.56 / 1.3) < 1e-12
     assert abs(d._stats.lower_rate(1) - (4 / 3 + 1) / (1.2 + 0.4 * 1)) < 1e-12  # after two rounds below
+
+
+def test_a_lighter_copy_prior_sends_longer_copies_after_a_copy_accepted_whole():
+    """After a 2-token match, a copy of 2 accepted whole: per-token acceptance (2 + w * 2) / (2 + w
+    * 3): copy_weight 0.5 gives 3 / 3.5, copy_weight 2 gives 6 / 8. Offered 6 tokens on linear
+    prices (row_cost 0.1), (a + ... + a^L + 1) / (1 + 0.1 * (L + 1)): a = 6 / 7 prices L = 6 at
+    4.618 / 1.7 = 2.716 over L = 5's 4.222 / 1.6 = 2.639; a = 0.75 prices L = 5 at 3.288 / 1.6 =
+    2.055 over L = 6's 3.466 / 1.7 = 2.039 and L = 4's 3.051 / 1.5 = 2.034. The level below's
+    prior is untouched by copy_weight."""
+    cuts = {}
+    for w, alpha in ((0.5, 3 / 3.5), (2.0, 6 / 8)):
+        d = BypassDrafter(BelowOne(), k=6, prices=RoutePrices(row_cost=0.1, copy_weight=w))
+        s = d._stats
+        s.record(("copy", 2, 2), accepted=2, forwards=0)
+        assert abs(s.copy_alpha(2) - alpha) < 1e-12 and abs(s.copy_alpha(3) - 3 / 4) < 1e-12
+        rate, cuts[w] = s.copy_offer(2, 6)
+        a = alpha
+        assert abs(rate - (sum(a**i for i in range(1, cuts[w] + 1)) + 1) / (1 + 0.1 * (cuts[w] + 1))) < 1e-12
+        assert s.lower_rate(1) == BypassDrafter(BelowOne(), k=6, prices=RoutePrices(row_cost=0.1))._stats.lower_rate(1)
+    assert cuts == {0.5: 6, 2.0: 5}
+
+
+class _Prefilled(BelowOne):
+    """The level below, recording the contexts it was given before drafting."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.prefills: list[list[list[int]]] = []
+
+    def prefill(self, contexts):
+        self.prefills.append([list(c) for c in contexts])
+
+
+def test_a_lazy_router_gives_the_level_below_the_prompt_only_when_a_round_first_goes_below():
+    """lazy_lower: the prompt's prefill skips the level below; copy rounds leave it so; the first
+    round that goes below hands it that round's contexts (once), before its draft. Eager (the
+    default): the level below gets the prompt at prefill."""
+    lazy, eager = _Prefilled(), _Prefilled()
+    d = BypassDrafter(lazy, k=3, min_match=2, lazy_lower=True)
+    e = BypassDrafter(eager, k=3, min_match=2)
+    for x in (d, e):
+        x.reset(2)
+        x.prefill([[1, 2, 1], [3, 4, 3]])
+    assert lazy.prefills == [] and eager.prefills == [[[1, 2, 1], [3, 4, 3]]]
+    copies = [[1, 2, 3, 1, 2], [3, 4, 5, 3, 4]]  # both rows match 2 tokens: copies, nothing below
+    assert [_tokens(t) for t in d.propose(copies)] == [[3, 1, 2], [5, 3, 4]] and lazy.prefills == []
+    d.feedback([0, 0])
+    d.keep_rows([1])  # row 0 finished; row 1 has no match now
+    assert _tokens(d.propose([[3, 4, 5, 3, 4, 9]])[0]) == [99]
+    assert lazy.prefills == [[[3, 4, 5, 3, 4, 9]]] and lazy.calls == 1
+    d.feedback([0])
+    d.propose([[3, 4, 5, 3, 4, 9, 8]])
+    assert len(lazy.prefills) == 1 and lazy.calls == 2
+    d.reset(1)  # a new job: lazy again
+    d.prefill([[7, 7]])
+    assert len(lazy.prefills) == 1
 
 
 def test_the_priced_router_copies_after_a_one_token_match_the_rule_would_pass_down():
@@ -218,8 +274,10 @@ def test_a_plain_step_timed_cheaper_than_the_curve_says_turns_rounds_to_plain_st
 def test_the_timed_router_drafts_nothing_when_no_draft_pays_and_explores_below():
     """Below priced (1 + 1) / (1.2 + 5 * 2) = 0.18 (a 100-round prior: it stays there) under a
     plain step's 1 / 1.1: a context with no earlier match drafts nothing, except once the level
-    below has sat out two rounds, when it goes below; a 1-token match's copy (0.5 + 0.25 + 1) / 1.3 = 1.35 is
-    still sent. The untimed priced router would send the round below."""
+    below has sat out two rounds, when it goes below (round 3); still priced under a plain step
+    after it, the wait doubles: the next round below is the 6th after (round 9); a 1-token match's
+    copy (0.5 + 0.25 + 1) / 1.3 = 1.35 is still sent. The untimed priced router would send the round
+    below."""
     prices = RoutePrices(row_cost=0.1, draft_cost=5.0, prior_weight=100.0, prior_accepted=1.0, explore=3)
     below = BelowOne()
     d = BypassDrafter(below, k=3, prices=prices, timed=True)
@@ -228,26 +286,27 @@ def test_the_timed_router_drafts_nothing_when_no_draft_pays_and_explores_below()
         x.reset(1)
     none, match = [[1, 2, 3]], [[5, 6, 5]]
     routes = []
-    for _ in range(5):
+    for _ in range(11):
         routes.append(_tokens(d.propose(none)[0]))
         d.feedback([0])
-    assert routes == [[], [], [99], [], []] and below.calls == 1
+    assert routes == [[], [], [99], [], [], [], [], [], [99], [], []] and below.calls == 2
     assert _tokens(d.propose(match)[0]) == [6, 5]
-    assert d.decisions == {"copy": 1, "lower": 1, "plain": 4}
+    assert d.decisions == {"copy": 1, "lower": 2, "plain": 9}
     assert _tokens(untimed.propose(none)[0]) == [99]
     with pytest.raises(ValueError, match="timed routing prices each round"):
         BypassDrafter(BelowOne(), k=3, timed=True)
 
 
-def _timed_router(lower, explore: int = 3, row_cost: float = 0.02):
+def _timed_router(lower, explore: int = 3, row_cost: float = 0.02, lazy_lower: bool = False):
     """Priors that make the level below too dear (a 1000-round prior), so plain steps, copies on
     matches and, after ``explore`` - 1 rounds without it, the level below all happen (a dear row,
     ``row_cost``, keeps copies to long matches)."""
     prices = RoutePrices(row_cost=row_cost, draft_cost=3.0, prior_weight=1000.0, explore=explore)
-    return BypassDrafter(lower, k=6, min_match=2, prices=prices, timed=True)
+    return BypassDrafter(lower, k=6, min_match=2, prices=prices, timed=True, lazy_lower=lazy_lower)
 
 
-def test_greedy_output_with_the_timed_router_equals_plain_decoding():
+@pytest.mark.parametrize("lazy_lower", [False, True])
+def test_greedy_output_with_the_timed_router_equals_plain_decoding(lazy_lower):
     from stagedspec.drafters import KatzNgramDrafter, ModelDrafter
     from stagedspec.engine.decoding import SpeculativeDecoder
     from stagedspec.engine.sampling import SamplingConfig
@@ -258,7 +317,7 @@ def test_greedy_output_with_the_timed_router_equals_plain_decoding():
 
     target = tiny_target()
     small = ModelDrafter(truncated_copy(target, 1).model, k=3, lower=KatzNgramDrafter(target.vocab_size, k=2))
-    d = _timed_router(small)
+    d = _timed_router(small, lazy_lower=lazy_lower)
     out = SpeculativeDecoder(target.model, d, SamplingConfig()).generate(tiny_prompts(3), N_NEW)
     assert [s.output_ids for s in out.sequences] == [list(r) for r in hf_reference(3)]
     assert min(d.decisions.values()) > 0, d.decisions  # all three routes taken
