@@ -50,9 +50,7 @@ measured seconds (the level's whole draft, its catch-up after skipped rounds inc
 from the untimed prices' prior worth ``prior_weight`` rounds. When neither a copy nor the level
 below promises more tokens per second than a plain step, the round drafts nothing, except that once
 the level below has sat out ``explore`` - 1 rounds such a round goes below anyway, so the router
-notices when drafting pays again (after each such round that leaves the level below priced under a
-plain step the wait doubles: on prose, where the small model rarely pays, it is tried 16, 48, 112...
-rounds in, not every 16). Timings are read only from earlier rounds, so exactness is kept; a
+notices when drafting pays again. Timings are read only from earlier rounds, so exactness is kept; a
 seeded sampled run no longer routes, and so samples, the same way twice.
 
 ``lazy_lower=True`` gives the level below the prompt only when a round first goes below (that
@@ -119,8 +117,7 @@ class RoutePrices:
     signature is copied whole); chosen on the dev split (docs/tuning/)."""
     explore: float = 16
     """``timed``: a round that would draft nothing goes below anyway when the level below has not
-    drafted for this many rounds less one (0: never); each such round after which the level below
-    still prices under a plain step doubles the wait, a round below on its own merit restores it."""
+    drafted for this many rounds less one (0: never)."""
 
 
 MATCH_BUCKETS = 8
@@ -271,8 +268,6 @@ class BypassDrafter(Drafter):
         if self._stats is not None:
             self._stats.timed = timed
         self._since_lower = 0  # rounds since the level below last drafted (timed: its exploration)
-        self._explore_wait = prices.explore if prices is not None else 0.0  # rounds, doubled after a vain one
-        self._exploring = False  # this round went below only to explore
         self._round_seconds = 0.0  # seconds of the level below's draft in the last round
         self._routes: list[tuple[str, int, int]] = []  # per row: ("copy", match, length) / ("lower", 0, 0)
         self._round_forwards = (
@@ -290,8 +285,6 @@ class BypassDrafter(Drafter):
         self._copied, self._cold = [False] * batch_size, [False] * batch_size
         self._routes = []
         self._since_lower = 0
-        if self.prices is not None:
-            self._explore_wait, self._exploring = self.prices.explore, False
         super().reset(batch_size)
 
     def keep_rows(self, rows: list[int]) -> None:
@@ -306,10 +299,6 @@ class BypassDrafter(Drafter):
         if self._stats is not None and len(self._routes) == len(accepted):
             for route, a in zip(self._routes, accepted):
                 self._stats.record(route, a, self._round_forwards, self._round_seconds)
-            if self._exploring:  # in vain while the level below still prices under a plain step
-                vain = self._stats.lower_rate(self.lower.max_depth) < self._stats.plain_rate()
-                self._explore_wait = 2 * self._explore_wait if vain else self.prices.explore
-            self._exploring = False
 
     def prefill(self, contexts: list[list[int]]) -> None:
         """With ``lazy_lower``, nothing: the level below (a model's cache filled with the whole
@@ -364,9 +353,8 @@ class BypassDrafter(Drafter):
         below = self.lower.max_depth if self.lower is not None else 0
         lower_rate = self._stats.lower_rate(below) if self.lower is not None else 0.0
         plain = self.timed and max(lower_rate, 0.0) < self._stats.plain_rate()
-        self._exploring = False
-        if plain and self.lower is not None and self._since_lower + 1 >= self._explore_wait > 0:
-            plain, self._exploring = False, True  # explore: try the level below again
+        if plain and self.lower is not None and self._since_lower + 1 >= self._stats.prices.explore > 0:
+            plain = False  # explore: try the level below again
         out: list[list[int] | None] = []
         self._routes = []
         for cont, match in self._matches(contexts, 1):
