@@ -30,10 +30,10 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
 SOURCES = {
-    "peers": "docs/peers/v18-amd-humaneval-t0/results.json",
-    "llama_cpp": "docs/peers/v18-amd-llama-cpp-humaneval-t0.json",
-    "peers_mtbench": "docs/peers/v18-amd-mtbench-t0/results.json",
-    "peers_t07": "docs/peers/v18-amd-humaneval-t07/results.json",
+    "peers": "docs/peers/v19-amd-humaneval-t0/results.json",
+    "llama_cpp": "docs/peers/v19-amd-llama-cpp-humaneval-t0.json",
+    "peers_mtbench": "docs/peers/v19-amd-mtbench-t0/results.json",
+    "peers_t07": "docs/peers/v19-amd-humaneval-t07/results.json",
     "step_curve": "docs/bench/step-curve-2026-12-07-amd-v18.json",
     "main_command": "docs/main-command/2026-12-06-amd-layer1",
     "paper": "docs/paper/2026-12-06",
