@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import torch
 
-from stagedspec.engine.sampling import SamplingConfig, probabilities
+from stagedspec.engine.sampling import SamplingConfig, probabilities, sample
 from stagedspec.engine.tree import DraftTree, DynamicShape, StaticShape, TreeShapeT, chain
 
 
@@ -96,7 +96,7 @@ def _candidates(
         x0, q0 = int(dist.pick), dist.q
     elif not sampling.greedy:
         assert dist.q is not None
-        x0, q0 = int(torch.multinomial(dist.q, 1, generator=gen).item()), dist.q
+        x0, q0 = sample(dist.q, gen), dist.q
     else:
         x0, q0 = int(torch.argmax(dist.raw).item()), None
     out = [(0, x0, q0)] if 0 in ranks else []

@@ -80,12 +80,21 @@ def probabilities_from_probs(q: torch.Tensor, cfg: SamplingConfig) -> torch.Tens
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:
-    """One token from a 1-D distribution."""
+    """One token from a 1-D distribution (not necessarily normalised), by its inverse CDF: the
+    first token whose cumulative mass, summed in float64, exceeds a uniform draw times the total.
+    A token of mass 0 is never drawn. ``torch.multinomial`` draws from the same distribution but
+    took 3.2 ms a call over a 151,936-token vocabulary on a 2-core AMD EPYC, this 0.37 ms: a
+    sampled plain step paid ~8% of its time for it, and a sampled draft model once per token."""
     top = torch.argmax(probs)
     if probs[top] >= 1.0:
-        # a point mass (greedy): multinomial over the whole vocabulary costs ~1 ms here
-        return int(top)
-    return int(torch.multinomial(probs, 1, generator=generator).item())
+        return int(top)  # a point mass (greedy)
+    cdf = torch.cumsum(probs, 0, dtype=torch.float64)
+    device = generator.device if generator is not None else probs.device
+    u = torch.rand(1, generator=generator, dtype=torch.float64, device=device).to(cdf.device) * cdf[-1]
+    x = int(torch.searchsorted(cdf, u, right=True))
+    if x >= probs.numel():  # u rounded up to the total: the last token with mass
+        x = int(torch.nonzero(probs).max())
+    return x
 
 
 def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
