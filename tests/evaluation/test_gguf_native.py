@@ -368,3 +368,27 @@ def test_a_reencoded_model_off_the_cpu_is_refused(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     with pytest.raises(ValueError, match=r"weights='requant_q4k' runs a CPU kernel; the model is on 'cuda'"):
         ModelSpec(source="tiny", weights="requant_q4k", device="cuda").validate()
+
+
+@pytest.mark.parametrize("cols_from", COLS)
+def test_a_native_plan_packs_only_what_it_reads_before_the_first_forward(cols_from):
+    """A module with blocks under a native plan gets no oneDNN pack of its dense weight (it never
+    reads it) and, where the plan takes the cols loop, its blocks' 16-row panels at once (not at
+    its first forward of that many rows, which for a lazily prefilled draft is a timed round)."""
+    from tests.helpers import other_small
+
+    draft = other_small.__wrapped__(128)
+    assert gguf_native.reencode(draft, None) == 5
+    kernels.install(draft)
+    plan = dataclasses.replace(native_plan(cols_from), linear=("mkldnn",) * 8, long_path="mkldnn")
+    if "mkldnn" not in kernels.available_paths(torch.float32, torch.device("cpu")):
+        pytest.skip("no oneDNN path on this machine")
+    made = kernels.prepack(draft, plan)
+    mods = kernels.gemm_modules(draft)
+    segs = [s for m in mods for s in m._stagedspec_native]
+    assert len(mods) == 5 and all(not m.__dict__.get("_stagedspec_packs") for m in mods)
+    assert all(("panels" in s.cache) == bool(cols_from) for s in segs)
+    assert made == (len({id(s.cache) for s in segs}) if cols_from else 0)
+    assert kernels.prepack(draft, plan) == 0  # nothing twice
+    dense = dataclasses.replace(plan, native=False, native_cols_from=0)
+    assert kernels.prepack(draft, dense) == 5 and all(set(m._stagedspec_packs) == {"mkldnn"} for m in mods)
