@@ -49,8 +49,9 @@ measured seconds (the level's whole draft, its catch-up after skipped rounds inc
 ``draft_cost`` guessed, verified at the mean size of its drafts instead of its largest; both start
 from the untimed prices' prior worth ``prior_weight`` rounds. When neither a copy nor the level
 below promises more tokens per second than a plain step, the round drafts nothing, except that once
-the level below has sat out ``explore`` - 1 rounds such a round goes below anyway, so the router
-notices when drafting pays again. Timings are read only from earlier rounds, so exactness is kept; a
+``explore`` - 1 rounds drafted nothing since the level below last drafted, such a round goes below
+anyway, so the router notices when drafting pays again (rounds of copies do not count: while copies
+pay, a look below is not worth its catch-up). Timings are read only from earlier rounds, so exactness is kept; a
 seeded sampled run no longer routes, and so samples, the same way twice.
 
 ``lazy_lower=True`` gives the level below the prompt only when a round first goes below (that
@@ -116,8 +117,8 @@ class RoutePrices:
     than ``prior_weight``, since a copy's first rounds say much about the next (a restated
     signature is copied whole); chosen on the dev split (docs/tuning/)."""
     explore: float = 16
-    """``timed``: a round that would draft nothing goes below anyway when the level below has not
-    drafted for this many rounds less one (0: never)."""
+    """``timed``: a round that would draft nothing goes below anyway when this many rounds less one
+    drafted nothing since the level below last drafted (rounds of copies do not count; 0: never)."""
 
 
 MATCH_BUCKETS = 8
@@ -370,6 +371,16 @@ class BypassDrafter(Drafter):
                 self._routes.append(("lower", 0, 0))
         return out
 
+    def _count_round(self, copies: list[list[int] | None], goes_below: bool) -> None:
+        """``explore``'s clock: rounds where some row drafted nothing, since the level below last
+        drafted. Rounds carried by copies leave it alone: while copies pay, the level below is not
+        worth a look (v19: a 96-token answer copied in 16 rounds explored at the 16th, its lazy
+        prefill and catch-up 0.5-0.8 s for no token)."""
+        if goes_below:
+            self._since_lower = 0
+        elif any(c is None for c in copies):
+            self._since_lower += 1
+
     def propose(self, contexts: list[list[int]], features: list[torch.Tensor] | None = None) -> list[DraftTree]:
         t0 = time.perf_counter()
         self.calls += 1
@@ -403,7 +414,7 @@ class BypassDrafter(Drafter):
                     trees[b] = lowered[b]
                     if self._routes:
                         self._routes[b] = ("lower", 0, len(lowered[b].tokens))
-        self._since_lower = 0 if goes_below else self._since_lower + 1
+        self._count_round(copies, goes_below)
         for cont in copies:
             self.decisions["plain" if cont is None else "copy" if cont else "lower"] += 1
         return [t if t is not None else DraftTree() for t in trees]

@@ -341,3 +341,18 @@ def test_sampled_output_with_the_timed_router_has_the_targets_distribution():
     for pair, stat, df, crit in statistics(factory, T1):
         assert stat < crit, f"{pair}: chi2={stat:.1f} df={df} crit={crit:.1f}"
     assert all(sum(d.decisions[k] for d in made) > 0 for k in ("copy", "lower", "plain"))
+
+
+def test_rounds_of_copies_do_not_count_toward_exploring_below():
+    """The priors of ``test_the_timed_router_drafts_nothing_when_no_draft_pays_and_explores_below``
+    (explore = 3): no match, a match, a match, no match, no match: the copies leave the clock alone,
+    so the round below is the fifth (two rounds that drafted nothing), not the fourth."""
+    prices = RoutePrices(row_cost=0.1, draft_cost=5.0, prior_weight=100.0, prior_accepted=1.0, explore=3)
+    below = BelowOne()
+    d = BypassDrafter(below, k=3, prices=prices, timed=True)
+    d.reset(1)
+    routes = []
+    for ctx in ([1, 2, 3], [5, 6, 5], [5, 6, 5], [1, 2, 3], [1, 2, 3], [1, 2, 3]):
+        routes.append(_tokens(d.propose([ctx])[0]))
+        d.feedback([len(routes[-1]) if routes[-1] != [99] else 0])  # copies accepted whole
+    assert routes == [[], [6, 5], [6, 5], [], [99], []] and below.calls == 1
