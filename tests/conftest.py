@@ -4,7 +4,13 @@ the ~20 s GGUF dequantization."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
+import torch
+
+if os.environ.get("PYTEST_XDIST_WORKER"):  # scripts/test.sh: one worker per core, one thread each
+    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
 
 from stagedspec.models.model_loading import LoadedModel, ModelSpec, load_model
 
