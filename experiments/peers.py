@@ -24,8 +24,8 @@ On the embedded SmolLM2-135M, one dtype, one thread count, the same prompts:
 
 A method whose draft file is missing, or that transformers refuses, is skipped with the
 reason printed. Measurements are interleaved (each group of prompts runs every method, in
-an order rotated per group and repeat) and repeated ``--repeats`` times, repeat r with
-seed ``--seed`` + r (sampled repeats are different samples, so a sampled method's median
+an order rotated per group and repeat) and repeated ``--repeats`` times, repeat r on a group whose
+first prompt is i with seed ``--seed`` + r + 1009 i (each prompt its own stream; sampled repeats are different samples, so a sampled method's median
 over repeats is over samples as well as timing noise; greedy runs do not depend on it); each one is
 appended to ``<out>/measurements.jsonl`` as it ends, keyed by a hash of the settings that
 affect the numbers, so a killed run resumes where it stopped (``--max-measurements``
@@ -210,7 +210,7 @@ def parse_args(argv=None):
         "--seed",
         type=int,
         default=0,
-        help="repeat r samples with seed SEED + r, every method (HF: torch's global generator)",
+        help="repeat r of prompt i samples with seed SEED + r + 1009 i, every method (HF: torch's global generator)",
     )
     ap.add_argument("--k", type=int, default=4, help="draft length of the chains")
     ap.add_argument(
@@ -324,7 +324,7 @@ def main(argv=None) -> None:
     probes = {"read": [read_bandwidth()], "copy": [copy_bandwidth()]}  # again after the runs: it drifts
     plan = kernel_plan(target, args.kernels)
     wbytes = step_bytes(target.model, plan=plan)
-    sampling = SamplingConfig(temperature=args.temperature, seed=args.seed)  # repeat r: seed + r
+    sampling = SamplingConfig(temperature=args.temperature, seed=args.seed)  # a cell: bench_log.Cell.seed
 
     if args.draft:
         dspec = ModelSpec(source="embedded", embedded=args.draft, dtype=args.dtype, device=args.device)

@@ -126,7 +126,7 @@ def test_resume_after_a_kill_gives_the_same_table_and_no_duplicates(tmp_path):
     assert bench_table.markdown(t_full) == bench_table.markdown(t_res)
 
 
-def test_repeat_r_runs_every_method_with_seed_plus_r(tmp_path):
+def test_repeat_r_on_prompt_i_runs_every_method_with_seed_plus_r_plus_a_stride_per_prompt(tmp_path):
     calls = []
     recs = bench_log.run_measurements(
         fake_methods(FakeClock(), calls),
@@ -141,10 +141,13 @@ def test_repeat_r_runs_every_method_with_seed_plus_r(tmp_path):
         seed=40,
     )
     by_cell = {bench_log.record_key(r): r["seed"] for r in recs}
-    assert len(by_cell) == 63 and all(seed == 40 + key[3] for key, seed in by_cell.items())
+    first = {bench_log.record_key(r): r["prompts"][0] for r in recs}
+    assert len(by_cell) == 63 and all(seed == 40 + key[3] + 1009 * first[key] for key, seed in by_cell.items())
     timed = [c for c in calls if c[2] == 6]  # the warm-ups run 8 tokens
-    assert sorted({c[3] for c in timed}) == [40, 41, 42]
-    assert [c[3] for c in timed] == [40 + c.repeat for c in bench_log.schedule(BATCHES, 5, [1, 2], 3)]
+    # prompts 0-4 at batch 1, groups (0, 1), (2, 3), (4,) at batch 2: first prompts 0-4
+    assert sorted({c[3] for c in timed}) == [40 + r + 1009 * p for p in range(5) for r in range(3)]
+    cells = bench_log.schedule(BATCHES, 5, [1, 2], 3)
+    assert [c[3] for c in timed] == [40 + c.repeat + 1009 * c.prompts[0] for c in cells]
 
 
 def test_sampled_runs_draw_from_the_seed_they_are_given():
