@@ -30,10 +30,10 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
 SOURCES = {
-    "peers": "docs/peers/v19-amd-humaneval-t0/results.json",
-    "llama_cpp": "docs/peers/v19-amd-llama-cpp-humaneval-t0.json",
-    "peers_mtbench": "docs/peers/v19-amd-mtbench-t0/results.json",
-    "peers_t07": "docs/peers/v19-amd-humaneval-t07/results.json",
+    "peers": "docs/peers/v20-amd-humaneval-t0/results.json",
+    "llama_cpp": "docs/peers/v20-amd-llama-cpp-humaneval-t0.json",
+    "peers_mtbench": "docs/peers/v20-amd-mtbench-t0/results.json",
+    "peers_t07": "docs/peers/v20-amd-humaneval-t07/results.json",
     "step_curve": "docs/bench/step-curve-2026-12-07-amd-v18.json",
     "main_command": "docs/main-command/2026-12-07-amd-router",
     "paper": "docs/paper/2026-12-06",
@@ -177,6 +177,13 @@ def render_native_sets(root: Path = ROOT) -> str:
     """One line: the native target on MT-bench first turns at T = 0 and on HumanEval at T = 0.7
     (``SOURCES`` peers_mtbench, peers_t07: ``peers.py --weights gguf_native``, one backend)."""
     sets = {name: peers_overall(_load(name, root)) for name in ("peers_mtbench", "peers_t07")}
+    args = _load("peers_t07", root)["args"]
+    first, n = args["seed"], args["repeats"]
+    seeds = (
+        f"seed {first}"
+        if n == 1
+        else f"seeds {', '.join(str(first + r) for r in range(n))}, all samples' tokens over all their seconds"
+    )
 
     def rates(m):
         return " / ".join(f"{rate(ours[m]):.1f}" for ours in sets.values())
@@ -190,7 +197,7 @@ def render_native_sets(root: Path = ROOT) -> str:
     )
     return (
         f"- The native target alone ({links}), decode tok/s on the first 6 MT-bench test first turns at T = 0 / the "
-        f"same 6 HumanEval problems at T = 0.7 (seed 0): plain {rates('ar')}, prompt lookup {rates(LOOKUP)}, the 0.5B "
+        f"same 6 HumanEval problems at T = 0.7 ({seeds}): plain {rates('ar')}, prompt lookup {rates(LOOKUP)}, the 0.5B "
         f"{rates(SMALL)}, the staged default {rates(STAGED)} ({' / '.join(best_two(o) for o in sets.values())} its best "
         f"two-level ablation), with the 0.5B on torch's 4-bit rows {rates(BEFORE)}."
     )
