@@ -25,8 +25,9 @@ On the embedded SmolLM2-135M, one dtype, one thread count, the same prompts:
 A method whose draft file is missing, or that transformers refuses, is skipped with the
 reason printed. Measurements are interleaved (each group of prompts runs every method, in
 an order rotated per group and repeat) and repeated ``--repeats`` times, repeat r on a group whose
-first prompt is i with seed ``--seed`` + r + 1009 i (each prompt its own stream; sampled repeats are different samples, so a sampled method's median
-over repeats is over samples as well as timing noise; greedy runs do not depend on it); each one is
+first prompt is i with seed ``--seed`` + r + 1009 i (each prompt its own stream; sampled repeats are
+different samples, so a sampled method's median over repeats is over samples as well as timing
+noise; greedy runs do not depend on it); each one is
 appended to ``<out>/measurements.jsonl`` as it ends, keyed by a hash of the settings that
 affect the numbers, so a killed run resumes where it stopped (``--max-measurements``
 stops early on purpose).

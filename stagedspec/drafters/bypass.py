@@ -268,7 +268,7 @@ class BypassDrafter(Drafter):
         self._stats = _RouteStats(prices) if prices is not None else None
         if self._stats is not None:
             self._stats.timed = timed
-        self._since_lower = 0  # rounds since the level below last drafted (timed: its exploration)
+        self._since_lower = 0  # rounds that drafted nothing since the level below last drafted (``_count_round``)
         self._round_seconds = 0.0  # seconds of the level below's draft in the last round
         self._routes: list[tuple[str, int, int]] = []  # per row: ("copy", match, length) / ("lower", 0, 0)
         self._round_forwards = (
