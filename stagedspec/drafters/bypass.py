@@ -21,10 +21,15 @@ verified, so exactness is kept, as for any adaptive draft length.
 ``prices`` (a ``RoutePrices``) replaces the fixed rule by a priced one: before each round
 and for each row it estimates the tokens per unit of target time of the two proposals it can
 make, the copy after the longest match (any match length from 1, cut to the length that prices
-best) and the level below's draft, from what earlier rounds measured: for copies whose match had
-the same length m (1..8, 8 meaning 8 or more) the per-token acceptance a (accepted tokens over
-accepted tokens plus copies that stopped short; prior m / (m + 1), worth ``copy_weight`` rounds), so a
-copy cut to L tokens is expected to have a + a^2 + ... + a^L accepted; for the level below the mean
+best) and the level below's draft, from what earlier rounds measured: for a copy's i-th token after
+an m-token match, the match it would continue is m + i - 1 tokens long, and a_r, the chance that a
+token continuing an r-token match is accepted (r = 1..8, 8 meaning 8 or more), counts the copied
+tokens that continued an r-token match, accepted and rejected (prior r / (r + 1), worth
+``copy_weight`` rounds), so a copy cut to L tokens is expected to have a_m + a_m a_(m+1) + ... +
+a_m ... a_(m+L-1) accepted: a copy that has held for a while is priced as the long match it has
+become (one acceptance per match length, the same for every position, sent sampled copies out in
+short pieces: early rejections pulled down the one figure the long restatements were priced by);
+for the level below the mean
 accepted and its forwards per round, from a prior worth ``prior_weight`` rounds. Costs are counted in
 plain target steps: a verification of n rows costs T(n) / T(1) from the machine's calibrated
 cost curve when the run has one (``use_step_curve``: the target's kernel plan, timed on this
@@ -113,7 +118,7 @@ class RoutePrices:
     ``prior_accepted + 1`` forwards."""
     prior_accepted: float = 4.0
     copy_weight: float = 0.5
-    """Rounds' worth of the copies' prior (m / (m + 1) per token after an m-token match): lighter
+    """Rounds' worth of the copies' prior (r / (r + 1) per token continuing an r-token match): lighter
     than ``prior_weight``, since a copy's first rounds say much about the next (a restated
     signature is copied whole); chosen on the dev split (docs/tuning/)."""
     explore: float = 16
@@ -122,7 +127,7 @@ class RoutePrices:
 
 
 MATCH_BUCKETS = 8
-"""Copies are priced by the length of the match they follow: 1..7, and 8 or more."""
+"""A copied token is priced by the length of the match it continues: 1..7, and 8 or more."""
 
 
 class _RouteStats:
@@ -173,18 +178,19 @@ class _RouteStats:
         return c[-1] + slope * (rows - len(c))
 
     def copy_alpha(self, match: int) -> float:
-        """Per-token acceptance of copies after an m-token match: accepted / (accepted + copies
-        that stopped short), from a prior of m accepted per stop worth ``copy_weight`` rounds."""
+        """Acceptance of a copied token that continues an m-token match: accepted / (accepted +
+        rejected) among such tokens, from a prior of m accepted per rejection worth ``copy_weight``
+        rounds."""
         b, w = min(match, MATCH_BUCKETS), self.prices.copy_weight
         return (self.copy_acc[b] + w * b) / (self.copy_acc[b] + self.copy_short[b] + w * (b + 1))
 
     def copy_offer(self, match: int, length: int) -> tuple[float, int]:
         """(rate, L): the copy's best (expected accepted + 1) / T(L + 1) over its cuts L =
-        1..length, the expected accepted of a cut a + a^2 + ... + a^L (``copy_alpha``)."""
-        a = self.copy_alpha(match)
+        1..length, the expected accepted of a cut a_m + a_m a_(m+1) + ... (``copy_alpha``: the
+        i-th token continues an (m + i - 1)-token match)."""
         best, best_len, expected, power = -1.0, 1, 0.0, 1.0
         for n in range(1, length + 1):
-            power *= a
+            power *= self.copy_alpha(match + n - 1)
             expected += power
             rate = (expected + 1) / self.verify_cost(n + 1)
             if rate > best:
@@ -229,10 +235,11 @@ class _RouteStats:
         """One row's round: ``route`` (kind, match, tokens offered), what was accepted, the
         forwards and seconds of the level below that round."""
         kind, match, offered = route
-        if kind == "copy":
-            b = min(match, MATCH_BUCKETS)
-            self.copy_acc[b] += accepted
-            self.copy_short[b] += accepted < offered
+        if kind == "copy":  # the i-th token continued an (m + i - 1)-token match
+            for i in range(accepted):
+                self.copy_acc[min(match + i, MATCH_BUCKETS)] += 1
+            if accepted < offered:
+                self.copy_short[min(match + accepted, MATCH_BUCKETS)] += 1
         elif kind == "lower":
             self.low_sum += accepted
             self.low_forwards += forwards

@@ -60,45 +60,72 @@ PRICES = RoutePrices(row_cost=0.1, draft_cost=0.5, prior_weight=1.0, prior_accep
 def test_the_priced_router_sends_the_round_with_more_tokens_per_cost_by_hand():
     """Costs in target steps, linear (row_cost 0.1), draft_cost 0.4; the level below (depth 1,
     prior 2 accepted in 3 forwards): (2 + 1) / (1 + 0.1 * 2 + 0.4 * 3) = 1.25. A copy after a
-    2-token match: per-token acceptance a = 2 / 3 (prior m / (m + 1)); cut to L it prices
-    (a + ... + a^L + 1) / (1 + 0.1 * (L + 1)): L = 3 gives 2.41 / 1.4 = 1.72, the best, so round 1
-    copies [3, 4, 1]. Nothing accepted: a = 2 / 4, L = 2 prices 1.75 / 1.3 = 1.346 (L = 3:
-    1.339), above 1.25: [3, 4]. Nothing again: a = 2 / 5, best L = 2 at 1.56 / 1.3 = 1.2 < 1.25:
-    below. One accepted there with no forward lifts the level below to (1.5 + 1) / (1.2 + 0.4 *
-    1.5) = 1.39, so it stays below."""
+    2-token match: its tokens continue matches of 2, 3 and 4 tokens, accepted with priors a_2 = 2 / 3,
+    a_3 = 3 / 4, a_4 = 4 / 5 (r / (r + 1)); cut to L it prices (a_2 + a_2 a_3 + ... + 1) / (1 + 0.1 *
+    (L + 1)); L = 3 is (2.35 a_2 + 1) / 1.4, the best cut while a_2 >= 2 / 7. Each copy rejected at its
+    first token: a_2 = 2 / (3 + j) after j of them: 1.833, 1.554, 1.386, 1.274 (> 1.25: four copies
+    [3, 4, 1]), then 1.194 (< 1.25): below. One accepted there with no forward lifts the level below
+    to (1.5 + 1) / (1.2 + 0.4 * 1.5) = 1.39, so it stays below."""
     prices = RoutePrices(row_cost=0.1, draft_cost=0.4, prior_weight=1.0, prior_accepted=2.0, copy_weight=1.0)
     d = BypassDrafter(BelowOne(), k=3, min_match=2, prices=prices)
     d.reset(1)
     ctx = [[1, 2, 3, 4, 1, 2]]
     routes = []
-    for _ in range(4):
+    for _ in range(6):
         routes.append(_tokens(d.propose(ctx)[0]))
         d.feedback([1] if routes[-1] == [99] else [0])
-    assert routes == [[3, 4, 1], [3, 4], [99], [99]]
-    assert d.decisions == {"copy": 2, "lower": 2, "plain": 0}
-    assert abs(d._stats.copy_alpha(2) - 0.4) < 1e-12
+    assert routes == [[3, 4, 1]] * 4 + [[99], [99]]
+    assert d.decisions == {"copy": 4, "lower": 2, "plain": 0}
+    assert abs(d._stats.copy_alpha(2) - 2 / 7) < 1e-12 and d._stats.copy_alpha(3) == 3 / 4
     rate, cut = d._stats.copy_offer(2, 3)
-    assert cut == 2 and abs(rate - 1.56 / 1.3) < 1e-12
+    assert cut == 3 and abs(rate - (2.35 * 2 / 7 + 1) / 1.4) < 1e-12
     assert abs(d._stats.lower_rate(1) - (4 / 3 + 1) / (1.2 + 0.4 * 1)) < 1e-12  # after two rounds below
 
 
+def test_a_copied_token_is_priced_by_the_match_it_continues():
+    """copy_weight 1, row_cost 0.1. A copy of 4 after a 1-token match with 3 accepted: its tokens
+    continued matches of 1, 2, 3 (accepted) and 4 (rejected) tokens, so a_1 = (1 + 1) / (1 + 2) = 2 / 3,
+    a_2 = (1 + 2) / (1 + 3) = 3 / 4, a_3 = (1 + 3) / (1 + 4) = 4 / 5, a_4 = 4 / (1 + 5) = 2 / 3, a_5 its
+    prior 5 / 6. Then a copy after a 2-token match rejected at once: a_2 = 3 / 5. A copy of 4 after a
+    1-token match then expects a_1 = 0.667, + a_1 a_2 = 0.4, + 0.4 a_3 = 0.32, + 0.32 a_4 = 0.2133,
+    priced over 1 + 0.1 (L + 1): L = 1..4 give 1.389, 1.590, 1.705, 2.6 / 1.5 = 1.733: the whole copy.
+    (Priced by the 1-token match alone, as before, a = (3 + 1) / (3 + 1 + 2) = 2 / 3 for every token:
+    L = 4 prices 2.605 / 1.5, L = 3 2.407 / 1.4 = 1.719.)"""
+    s = BypassDrafter(BelowOne(), k=4, prices=RoutePrices(row_cost=0.1, copy_weight=1.0))._stats
+    s.record(("copy", 1, 4), accepted=3, forwards=0)
+    alphas = [s.copy_alpha(r) for r in range(1, 6)]
+    assert [round(a, 12) for a in alphas] == [round(x, 12) for x in (2 / 3, 3 / 4, 4 / 5, 2 / 3, 5 / 6)]
+    s.record(("copy", 2, 2), accepted=0, forwards=0)
+    assert abs(s.copy_alpha(2) - 3 / 5) < 1e-12 and s.copy_alpha(1) == alphas[0]
+    rate, cut = s.copy_offer(1, 4)
+    assert cut == 4 and abs(rate - 2.6 / 1.5) < 1e-12
+    assert abs(s.copy_offer(1, 3)[0] - (1 + 2 / 3 + 0.4 + 0.32) / 1.4) < 1e-12
+    s.record(("copy", 9, 3), accepted=3, forwards=0)  # matches of 9, 10, 11: the 8-or-more bucket
+    assert abs(s.copy_alpha(8) - (3 + 8) / (3 + 9)) < 1e-12 and s.copy_alpha(12) == s.copy_alpha(8)
+
+
 def test_a_lighter_copy_prior_sends_longer_copies_after_a_copy_accepted_whole():
-    """After a 2-token match, a copy of 2 accepted whole: per-token acceptance (2 + w * 2) / (2 + w
-    * 3): copy_weight 0.5 gives 3 / 3.5, copy_weight 2 gives 6 / 8. Offered 6 tokens on linear
-    prices (row_cost 0.1), (a + ... + a^L + 1) / (1 + 0.1 * (L + 1)): a = 6 / 7 prices L = 6 at
-    4.618 / 1.7 = 2.716 over L = 5's 4.222 / 1.6 = 2.639; a = 0.75 prices L = 5 at 3.288 / 1.6 =
-    2.055 over L = 6's 3.466 / 1.7 = 2.039 and L = 4's 3.051 / 1.5 = 2.034. The level below's
-    prior is untouched by copy_weight."""
+    """After a 2-token match, a copy of 6 accepted whole: one accepted token continuing each match
+    of 2..7 tokens, so a_r = (1 + w r) / (1 + w (r + 1)) for r = 2..7, and the prior 8 / 9 from 8 on.
+    copy_weight 0.5: a_2..a_7 = 0.8, 0.8333, 0.8571, 0.875, 0.8889, 0.9; copy_weight 2: 0.7143, 0.7778,
+    0.8182, 0.8462, 0.8667, 0.8824. Offered 8 tokens on linear prices (row_cost 0.2), (a_2 + a_2 a_3 +
+    ... + 1) / (1 + 0.2 (L + 1)): copy_weight 0.5 prices L = 6 at 4.3825 / 2.4 = 1.826 over L = 5's
+    3.9825 / 2.2 = 1.810 and L = 7's 4.7381 / 2.6 = 1.822; copy_weight 2 prices L = 5 at 3.4423 / 2.2 =
+    1.565 over L = 4's 1.554 and L = 6's 1.557. The level below's prior is untouched by copy_weight."""
     cuts = {}
-    for w, alpha in ((0.5, 3 / 3.5), (2.0, 6 / 8)):
-        d = BypassDrafter(BelowOne(), k=6, prices=RoutePrices(row_cost=0.1, copy_weight=w))
+    for w in (0.5, 2.0):
+        d = BypassDrafter(BelowOne(), k=8, prices=RoutePrices(row_cost=0.2, copy_weight=w))
         s = d._stats
-        s.record(("copy", 2, 2), accepted=2, forwards=0)
-        assert abs(s.copy_alpha(2) - alpha) < 1e-12 and abs(s.copy_alpha(3) - 3 / 4) < 1e-12
-        rate, cuts[w] = s.copy_offer(2, 6)
-        a = alpha
-        assert abs(rate - (sum(a**i for i in range(1, cuts[w] + 1)) + 1) / (1 + 0.1 * (cuts[w] + 1))) < 1e-12
-        assert s.lower_rate(1) == BypassDrafter(BelowOne(), k=6, prices=RoutePrices(row_cost=0.1))._stats.lower_rate(1)
+        s.record(("copy", 2, 6), accepted=6, forwards=0)
+        alphas = [(1 + w * r) / (1 + w * (r + 1)) for r in range(2, 8)] + [8 / 9]
+        assert all(abs(s.copy_alpha(r) - a) < 1e-12 for r, a in zip(range(2, 9), alphas))
+        rate, cuts[w] = s.copy_offer(2, 8)
+        expected, power = 0.0, 1.0
+        for a in alphas[: cuts[w]]:
+            power *= a
+            expected += power
+        assert abs(rate - (expected + 1) / (1 + 0.2 * (cuts[w] + 1))) < 1e-12
+        assert s.lower_rate(1) == BypassDrafter(BelowOne(), k=8, prices=RoutePrices(row_cost=0.2))._stats.lower_rate(1)
     assert cuts == {0.5: 6, 2.0: 5}
 
 
@@ -145,7 +172,7 @@ def test_the_priced_router_copies_after_a_one_token_match_the_rule_would_pass_do
     )
     for d in (rule, priced):
         d.reset(1)
-    ctx = [[5, 6, 5]]  # "5" seen before, followed by "6 5": a = 1 / 2, (0.5 + 0.25 + 1) / 1.3 = 1.35 > 1.11
+    ctx = [[5, 6, 5]]  # "5" seen before, then "6 5": a_1 = 1 / 2, a_2 = 2 / 3, (0.5 + 1 / 3 + 1) / 1.3 = 1.41 > 1.11
     assert _tokens(rule.propose(ctx)[0]) == [99] and _tokens(priced.propose(ctx)[0]) == [6, 5]
 
 
@@ -184,11 +211,11 @@ def test_sampled_output_with_the_priced_router_has_the_targets_distribution():
 
 
 def test_a_calibrated_step_curve_prices_verifications_by_hand():
-    """ctx [5, 6, 5]: a copy of up to 2 after a 1-token match (a = 1 / 2) against the level
-    below (depth 1, prior 2 accepted in 3 forwards, draft_cost 0.5). Linear (row_cost 0.1): L = 2
-    prices 1.75 / 1.3 = 1.35 > 3 / 2.7 = 1.11: copies [6, 5]. Curve (1, 1, 3): L = 1 prices
-    1.5 / T(2) = 1.5, L = 2 1.75 / T(3) = 0.58, below 3 / (T(2) + 1.5) = 1.2: copies [6], cut.
-    Curve (1, 3, 3): L = 1 0.5, L = 2 0.58, below 3 / 4.5 = 0.67: the round goes below. The rule
+    """ctx [5, 6, 5]: a copy of up to 2 after a 1-token match (a_1 = 1 / 2, a_2 = 2 / 3) against the
+    level below (depth 1, prior 2 accepted in 3 forwards, draft_cost 0.5). Linear (row_cost 0.1): L = 2
+    prices 1.833 / 1.3 = 1.41 > 3 / 2.7 = 1.11: copies [6, 5]. Curve (1, 1, 3): L = 1 prices
+    1.5 / T(2) = 1.5, L = 2 1.833 / T(3) = 0.61, below 3 / (T(2) + 1.5) = 1.2: copies [6], cut.
+    Curve (1, 3, 3): L = 1 0.5, L = 2 0.61, below 3 / 4.5 = 0.67: the round goes below. The rule
     ignores the curve."""
     ctx = [[5, 6, 5]]
     linear, cut, steep, rule = (
@@ -249,11 +276,11 @@ def test_timed_prices_by_hand():
 
 
 def test_a_plain_step_timed_cheaper_than_the_curve_says_turns_rounds_to_plain_steps():
-    """A curve (1, 1.2, 1.3, 1.6) prices a copy of up to 2 after a 1-token match (a = 1 / 2):
-    L = 1 1.5 / 1.2 = 1.25, L = 2 1.75 / 1.3 = 1.35, against a plain step's 1: it copies both.
+    """A curve (1, 1.2, 1.3, 1.6) prices a copy of up to 2 after a 1-token match (a_1 = 1 / 2, a_2 = 2 / 3):
+    L = 1 1.5 / 1.2 = 1.25, L = 2 1.833 / 1.3 = 1.41, against a plain step's 1: it copies both.
     Timed: 50 one-row calls of 0.01 s and 50 three-row calls of 0.035 s (a one-row step on other
     code, cheap) make a cost unit (0.5 + 1.75) / (50 * 1 + 50 * 1.3) = 0.019565 s; a plain step
-    T(1) = (0.5 / unit + 1) / 51 = 0.5207, verifications the shape (T(3) = 1.3): the copy's 1.35
+    T(1) = (0.5 / unit + 1) / 51 = 0.5207, verifications the shape (T(3) = 1.3): the copy's 1.41
     is under a plain step's 1 / 0.5207 = 1.92: no draft, where the shape alone would still copy."""
     prices = RoutePrices(draft_cost=50.0, prior_weight=1.0, explore=0)
     d = BypassDrafter(BelowOne(), k=2, prices=prices, timed=True)
@@ -275,7 +302,7 @@ def test_the_timed_router_drafts_nothing_when_no_draft_pays_and_explores_below()
     """Below priced (1 + 1) / (1.2 + 5 * 2) = 0.18 (a 100-round prior: it stays there) under a
     plain step's 1 / 1.1: a context with no earlier match drafts nothing, except once the level
     below has sat out two rounds, when it goes below (rounds 3, 6, 9); a 1-token match's copy (0.5 +
-    0.25 + 1) / 1.3 = 1.35 is still sent. The untimed priced router would send the round below."""
+    1 / 3 + 1) / 1.3 = 1.41 is still sent. The untimed priced router would send the round below."""
     prices = RoutePrices(row_cost=0.1, draft_cost=5.0, prior_weight=100.0, prior_accepted=1.0, explore=3)
     below = BelowOne()
     d = BypassDrafter(below, k=3, prices=prices, timed=True)
