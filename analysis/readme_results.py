@@ -173,17 +173,33 @@ def render_results(root: Path = ROOT) -> str:
     return "\n".join(lines)
 
 
+def seed_label(root: Path, name: str) -> str:
+    """How the sampled run ``name`` seeded its cells, from its ``measurements.jsonl`` (each row's
+    ``seed``): one seed per repeat shared by the prompts (runs before each prompt had its own), or
+    ``seed + r + stride x i`` for repeat r of prompt i."""
+    args = _load(name, root)["args"]
+    first, n = args["seed"], args["repeats"]
+    path = root / SOURCES[name].replace("results.json", "measurements.jsonl")
+    cells = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    by = {(c["prompts"][0], c["repeat"]): c["seed"] for c in cells if "seed" in c}
+    if len({seed for (_, r), seed in by.items() if r == 0}) > 1:
+        second = min(p for p, r in by if p > 0 and r == 0)
+        stride = (by[second, 0] - by[0, 0]) // second
+        reps = "r = 0" if n == 1 else f"r = 0..{n - 1}"
+        return (
+            f"each prompt its own seeds, {first} + r + {stride} i for repeat {reps} of prompt i; "
+            "all samples' tokens over all their seconds"
+        )
+    if n == 1:
+        return f"seed {first}"
+    return f"seeds {', '.join(str(first + r) for r in range(n))}, all samples' tokens over all their seconds"
+
+
 def render_native_sets(root: Path = ROOT) -> str:
     """One line: the native target on MT-bench first turns at T = 0 and on HumanEval at T = 0.7
     (``SOURCES`` peers_mtbench, peers_t07: ``peers.py --weights gguf_native``, one backend)."""
     sets = {name: peers_overall(_load(name, root)) for name in ("peers_mtbench", "peers_t07")}
-    args = _load("peers_t07", root)["args"]
-    first, n = args["seed"], args["repeats"]
-    seeds = (
-        f"seed {first}"
-        if n == 1
-        else f"seeds {', '.join(str(first + r) for r in range(n))}, all samples' tokens over all their seconds"
-    )
+    seeds = seed_label(root, "peers_t07")
 
     def rates(m):
         return " / ".join(f"{rate(ours[m]):.1f}" for ours in sets.values())

@@ -157,3 +157,23 @@ def test_paper_block_by_hand(tmp_path, monkeypatch):
     # per-row latency: batch / tokens per second (1 / 20 s = 50 ms; 8 / 40 s = 200 ms)
     assert "plain 8.0 / 50.0 tok/s, staged 20.0 / 40.0 (50 / 200 ms a token per row)" in text
     assert "speedup 2.50x [2.40, 2.60] / 0.80x [0.70, 0.90]; below 1 from batch 8 (its whole interval)." in text
+
+
+@pytest.mark.parametrize(
+    ("seeds", "repeats", "label"),
+    [
+        ({(0, 0): 5, (1, 0): 5, (2, 0): 5}, 1, "seed 5"),
+        ({(0, 0): 5, (0, 1): 6, (1, 0): 5, (1, 1): 6}, 2, "seeds 5, 6, all samples'"),
+        ({(0, 0): 5, (0, 1): 6, (2, 0): 5 + 2 * 1009, (2, 1): 6 + 2 * 1009}, 2, "5 + r + 1009 i for repeat r = 0..1"),
+    ],
+)
+def test_the_seed_label_reads_how_the_cells_were_seeded(tmp_path, monkeypatch, seeds, repeats, label):
+    """Shared by the prompts (one label per repeat) or each prompt its own (the stride read off prompt 2's
+    seed: (2023 - 5) / 2 = 1009)."""
+    src = tmp_path / "docs" / "t07"
+    src.mkdir(parents=True)
+    (src / "results.json").write_text(json.dumps({"args": {"seed": 5, "repeats": repeats}}))
+    rows = [{"prompts": [p], "repeat": r, "seed": s} for (p, r), s in seeds.items()]
+    (src / "measurements.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    monkeypatch.setitem(rr.SOURCES, "peers_t07", "docs/t07/results.json")
+    assert label in rr.seed_label(tmp_path, "peers_t07")
