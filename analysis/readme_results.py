@@ -30,11 +30,11 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
 SOURCES = {
-    "peers": "docs/peers/v20-amd-humaneval-t0/results.json",
-    "llama_cpp": "docs/peers/v20-amd-llama-cpp-humaneval-t0.json",
-    "peers_mtbench": "docs/peers/v20-amd-mtbench-t0/results.json",
-    "peers_t07": "docs/peers/v20-amd-humaneval-t07/results.json",
-    "step_curve": "docs/bench/step-curve-2026-12-07-amd-v18.json",
+    "peers": "docs/peers/v21-intel-humaneval-t0/results.json",
+    "llama_cpp": "docs/peers/v21-intel-llama-cpp-humaneval-t0.json",
+    "peers_mtbench": "docs/peers/v21-intel-mtbench-t0/results.json",
+    "peers_t07": "docs/peers/v21-intel-humaneval-t07/results.json",
+    "step_curve": "docs/bench/step-curve-2026-12-07-intel-v21.json",
     "main_command": "docs/main-command/2026-12-07-amd-v20",
     "paper": "docs/paper/2026-12-06",
 }
