@@ -26,7 +26,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from .kernels import HF_KERNELS, KernelChoice, install, prepack
+from .kernels import HF_KERNELS, KernelChoice, install, native_decoder_row, prepack
 from .logit_processing import check_logit_processing, final_logit_processing
 
 _DUMMY = -2  # parent marker of a padding slot
@@ -442,14 +442,20 @@ class KVModel:
         nodes (rows concatenated, over the full vocabulary) and every new node's last
         hidden state."""
         with self.plan.active():
-            out = self.decoder(
-                **feed,
-                attention_mask=None if mask is None else mask.to(self.device),
-                position_ids=pos.to(self.device),
-                cache=self.cache,
-                use_cache=True,
+            ids = feed.get("input_ids")
+            states = (
+                None
+                if ids is None or not self.plan.native_model
+                else native_decoder_row(self.decoder, ids, mask, pos, self.cache)
             )
-            states = out.last_hidden_state
+            if states is None:
+                states = self.decoder(
+                    **feed,
+                    attention_mask=None if mask is None else mask.to(self.device),
+                    position_ids=pos.to(self.device),
+                    cache=self.cache,
+                    use_cache=True,
+                ).last_hidden_state
             rows = torch.tensor([b for b, w in enumerate(want) for _ in w], dtype=torch.long, device=self.device)
             cols = torch.tensor([j for w in want for j in w], dtype=torch.long, device=self.device)
             logits = (

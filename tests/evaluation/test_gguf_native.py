@@ -191,6 +191,44 @@ def test_one_row_forwards_run_a_layer_per_kernel_call_and_give_the_torch_layers_
     assert tokens[0] == tokens[1]
 
 
+def test_the_one_row_decoder_loop_gives_the_model_forwards_bits(monkeypatch):
+    """``native_model``: a one-row forward runs embedding, rotary embedding, the layer kernels and the
+    final norm as the engine's own loop, never entering Hugging Face's model forward, and its logits
+    are the model forward's bit for bit, for a chain and for siblings under a mask; forwards of
+    more rows still take the model forward; plain decoding's tokens are the same."""
+    t, blocks = _native_target(seed=3, attention_bias=True)
+    assert gguf_native.attach(t.model, blocks) == (9, 0)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in t.model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(torch.rand(p.shape, generator=g) + 0.5)
+    t.model.to(torch.bfloat16)
+    plan = native_plan()
+    loop = dataclasses.replace(plan, native_model=True)
+    assert "one-row decoder loop" in loop.describe() and "one-row decoder loop" not in plan.describe()
+    decoder = t.model.get_decoder()
+    entered: list[int] = []
+    real = type(decoder).forward
+    monkeypatch.setattr(type(decoder), "forward", lambda self, *a, **k: entered.append(1) or real(self, *a, **k))
+    prompt, chain = [5, 17, 99, 3, 64, 7, 41], [12, 88, 3, 120, 9, 9]
+    hf = _one_row_logits(t.model, plan, prompt, chain)
+    through_hf = len(entered)  # the prompt's forwards and every one-row forward
+    entered.clear()
+    ours = _one_row_logits(t.model, loop, prompt, chain)
+    assert len(entered) == 1 and through_hf >= 1 + 2 * len(chain)  # only the prompt's prefill enters it
+    assert torch.equal(ours, hf), float((ours - hf).abs().max())
+    prompts = tiny_prompts(2)
+    tokens = [
+        [
+            s.output_ids
+            for s in SpeculativeDecoder(t.model, None, SamplingConfig(), plan=p).generate(prompts, N_NEW).sequences
+        ]
+        for p in (plan, loop)
+    ]
+    assert tokens[0] == tokens[1]
+
+
 def _rows_logits(model, plan: KernelChoice, prompt: list[int], chain: list[int]) -> list[torch.Tensor]:
     """Logits of forwards of several rows after ``prompt``, through the engine's cache: ``chain``'s
     first 2, then all of it (as a verification feeds them), then a tree of two branches (a mask)."""
