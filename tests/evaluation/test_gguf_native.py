@@ -151,19 +151,32 @@ def _one_row_logits(model, plan: KernelChoice, prompt: list[int], chain: list[in
     return torch.stack(out)
 
 
+def _bf16_native_target(seed: int, norm_seed: int):
+    """A tiny native target with q/k/v/o biases, in bfloat16, its norms' weights drawn (not all ones:
+    the norms' rounding shows)."""
+    t, blocks = _native_target(seed=seed, attention_bias=True)
+    assert gguf_native.attach(t.model, blocks) == (9, 0)
+    g = torch.Generator().manual_seed(norm_seed)
+    with torch.no_grad():
+        for name, p in t.model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(torch.rand(p.shape, generator=g) + 0.5)
+    t.model.to(torch.bfloat16)
+    return t
+
+
+def _plain_tokens(model, plan: KernelChoice) -> list[list[int]]:
+    """Plain greedy decoding's tokens for two tiny prompts under ``plan``."""
+    out = SpeculativeDecoder(model, None, SamplingConfig(), plan=plan).generate(tiny_prompts(2), N_NEW)
+    return [s.output_ids for s in out.sequences]
+
+
 def test_one_row_forwards_run_a_layer_per_kernel_call_and_give_the_torch_layers_bits(monkeypatch):
     """A bfloat16 native target (with q/k/v/o biases) runs each decoder layer of a one-row forward
     as one C call (``qk_kernels.layer1``) and its logits are the torch lean layer's bit for bit (it
     rounds to bfloat16 where torch does) where no mask is needed, and up to rounding under a mask;
     ``native_layers=False`` keeps the torch layer; plain decoding's tokens are the same either way."""
-    t, blocks = _native_target(seed=3, attention_bias=True)
-    assert gguf_native.attach(t.model, blocks) == (9, 0)
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, p in t.model.named_parameters():
-            if name.endswith("norm.weight"):  # not all ones: the norm's rounding shows
-                p.copy_(torch.rand(p.shape, generator=g) + 0.5)
-    t.model.to(torch.bfloat16)
+    t = _bf16_native_target(seed=3, norm_seed=0)
     calls: list[int] = []
     real = kernels.layer1
     monkeypatch.setattr(kernels, "layer1", lambda w, x, *a, **k: calls.append(x.numel()) or real(w, x, *a, **k))
@@ -180,15 +193,7 @@ def test_one_row_forwards_run_a_layer_per_kernel_call_and_give_the_torch_layers_
     # under a mask torch's attention takes another kernel, which rounds otherwise: measured 0.0078-0.0117
     # (logits up to 0.73); the same layer ignoring the mask: 0.11-0.21 on every sibling after the first
     assert float((fast - slow)[n:].abs().max()) <= 0.03
-    prompts = tiny_prompts(2)
-    tokens = [
-        [
-            s.output_ids
-            for s in SpeculativeDecoder(t.model, None, SamplingConfig(), plan=p).generate(prompts, N_NEW).sequences
-        ]
-        for p in (plan, torch_plan)
-    ]
-    assert tokens[0] == tokens[1]
+    assert _plain_tokens(t.model, plan) == _plain_tokens(t.model, torch_plan)
 
 
 def test_the_one_row_decoder_loop_gives_the_model_forwards_bits(monkeypatch):
@@ -196,14 +201,7 @@ def test_the_one_row_decoder_loop_gives_the_model_forwards_bits(monkeypatch):
     final norm as the engine's own loop, never entering Hugging Face's model forward, and its logits
     are the model forward's bit for bit, for a chain and for siblings under a mask; forwards of
     more rows still take the model forward; plain decoding's tokens are the same."""
-    t, blocks = _native_target(seed=3, attention_bias=True)
-    assert gguf_native.attach(t.model, blocks) == (9, 0)
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, p in t.model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.copy_(torch.rand(p.shape, generator=g) + 0.5)
-    t.model.to(torch.bfloat16)
+    t = _bf16_native_target(seed=3, norm_seed=0)
     plan = native_plan()
     loop = dataclasses.replace(plan, native_model=True)
     assert "one-row decoder loop" in loop.describe() and "one-row decoder loop" not in plan.describe()
@@ -218,15 +216,7 @@ def test_the_one_row_decoder_loop_gives_the_model_forwards_bits(monkeypatch):
     ours = _one_row_logits(t.model, loop, prompt, chain)
     assert len(entered) == 1 and through_hf >= 1 + 2 * len(chain)  # only the prompt's prefill enters it
     assert torch.equal(ours, hf), float((ours - hf).abs().max())
-    prompts = tiny_prompts(2)
-    tokens = [
-        [
-            s.output_ids
-            for s in SpeculativeDecoder(t.model, None, SamplingConfig(), plan=p).generate(prompts, N_NEW).sequences
-        ]
-        for p in (plan, loop)
-    ]
-    assert tokens[0] == tokens[1]
+    assert _plain_tokens(t.model, plan) == _plain_tokens(t.model, loop)
 
 
 def _rows_logits(model, plan: KernelChoice, prompt: list[int], chain: list[int]) -> list[torch.Tensor]:
