@@ -571,9 +571,10 @@ def _native_slot(layer, hidden_states, cache):
     return None if w is None else (slots[idx], w)
 
 
-def _native_layer1(layer, hidden_states, attention_mask, cache, position_embeddings) -> torch.Tensor | None:
-    """One new token of a batch of one through ``qk_kernels.layer1``; None where the layer or
-    the cache is not one it runs (the caller then takes the torch layer)."""
+def _layer1_inputs(layer, hidden_states, attention_mask, cache):
+    """(the layer's slot cache, its ``LayerWeights``, the mask row) where ``qk_kernels.layer1`` can
+    run the layer for one new token of a batch of one; None where the layer, the cache or the mask
+    is not one it runs."""
     got = _native_slot(layer, hidden_states, cache)
     if got is None:
         return None
@@ -581,6 +582,16 @@ def _native_layer1(layer, hidden_states, attention_mask, cache, position_embeddi
     mask = None if attention_mask is None else _mask_row(attention_mask)
     if mask is not None and mask.numel() != slot_layer.length + 1:
         return None
+    return slot_layer, w, mask
+
+
+def _native_layer1(layer, hidden_states, attention_mask, cache, position_embeddings) -> torch.Tensor | None:
+    """One new token of a batch of one through ``qk_kernels.layer1``; None where the layer or
+    the cache is not one it runs (the caller then takes the torch layer)."""
+    got = _layer1_inputs(layer, hidden_states, attention_mask, cache)
+    if got is None:
+        return None
+    slot_layer, w, mask = got
     keys, values, slot = slot_layer.append_slot()
     x = hidden_states.reshape(-1).clone()
     cos, sin = (t.reshape(-1).contiguous() for t in position_embeddings)
@@ -607,14 +618,15 @@ def native_decoder_row(
     if type(decoder).__name__ not in NATIVE_DECODERS or tuple(ids.shape) != (1, 1) or ids.device.type != "cpu":
         return None
     x = decoder.embed_tokens(ids)
-    for layer in decoder.layers:
-        got = _native_slot(layer, x, cache)
-        if got is None or (attention_mask is not None and attention_mask.shape[-1] != got[0].length + 1):
-            return None
-    position_embeddings = decoder.rotary_emb(x, position_ids)
-    for layer in decoder.layers:
-        x = _native_layer1(layer, x, attention_mask, cache, position_embeddings)
-    return decoder.norm(x)
+    inputs = [_layer1_inputs(layer, x, attention_mask, cache) for layer in decoder.layers]
+    if any(got is None for got in inputs):
+        return None
+    cos, sin = (t.reshape(-1).contiguous() for t in decoder.rotary_emb(x, position_ids))
+    h = x.reshape(-1).clone()  # each layer's kernel takes it to the layer's output, in place
+    for slot_layer, w, mask in inputs:
+        keys, values, slot = slot_layer.append_slot()
+        layer1(w, h, cos, sin, keys, values, slot, mask)
+    return decoder.norm(h.view(x.shape))
 
 
 def _native_layer_rows(layer, hidden_states, attention_mask, cache, position_embeddings, plan) -> torch.Tensor | None:

@@ -443,11 +443,7 @@ class KVModel:
         hidden state."""
         with self.plan.active():
             ids = feed.get("input_ids")
-            states = (
-                None
-                if ids is None or not self.plan.native_model
-                else native_decoder_row(self.decoder, ids, mask, pos, self.cache)
-            )
+            states = None if ids is None else native_decoder_row(self.decoder, ids, mask, pos, self.cache)
             if states is None:
                 states = self.decoder(
                     **feed,
