@@ -35,6 +35,13 @@
 #else
 #define QK_AVX512 0
 #endif
+#if QK_AVX512 && defined(__AMX_TILE__) && defined(__AMX_INT8__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#define QK_AMX 1
+#else
+#define QK_AMX 0
+#endif
 
 #define QK 256
 #define ROWS 4 /* activation rows per pass over a weight block */
@@ -376,6 +383,13 @@ static inline __m512i vnni(__m512i acc, __m512i w, int32_t x4) {
 }
 
 #define RB 8 /* activation rows per pass over a panel */
+#ifndef COL_AHEAD
+#define COL_AHEAD 2 /* panel blocks ahead of the cols loops' reads */
+#endif
+
+static inline void prefetch_bytes(const void *p, size_t n) {
+    for (size_t o = 0; o < n; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
+}
 
 static inline __attribute__((always_inline)) void q4_cols_rows(const q4_col *w, int64_t nb, const float *xd,
                                                                 const int8_t *xq, const int16_t *xs, int64_t r0,
@@ -384,6 +398,7 @@ static inline __attribute__((always_inline)) void q4_cols_rows(const q4_col *w, 
     for (int r = 0; r < R; r++) facc[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const q4_col *p = w + b;
+        if (b + COL_AHEAD < nb) prefetch_bytes(p + COL_AHEAD, sizeof(q4_col));
         __m512i iacc[RB];
         for (int r = 0; r < R; r++) iacc[r] = _mm512_setzero_si512();
         for (int s = 0; s < 8; s++) {
@@ -427,6 +442,7 @@ static inline __attribute__((always_inline)) void q6_cols_rows(const q6_col *w, 
     for (int r = 0; r < R; r++) facc[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const q6_col *p = w + b;
+        if (b + COL_AHEAD < nb) prefetch_bytes(p + COL_AHEAD, sizeof(q6_col));
         __m512i iacc[RB];
         for (int r = 0; r < R; r++) iacc[r] = _mm512_setzero_si512();
         for (int g = 0; g < 16; g++) {
@@ -458,9 +474,171 @@ static inline __attribute__((always_inline)) void q6_cols_rows(const q6_col *w, 
     }
 }
 
+#if QK_AMX
+/* ---- the cols loop's integers on AMX tiles (Intel CPUs with AMX-INT8, where Linux grants the tile state).
+ * A panel's codes for one scale group are a B tile as they lie (q6: 4 rows of 64 bytes; q4: the 8 nibble
+ * planes of the group, unpacked to bytes first), up to 16 activation rows' int8 of the group are the A tile
+ * (read in place, row stride = the row's bytes), and TDPBSUD (signed x unsigned bytes, int32 sums) gives
+ * every row's 16 group dot products at once. The group's tile is stored and scaled by the panel's sc as the
+ * VNNI loop scales its sums; from there on the code is that loop's, so the same exact integers meet the
+ * same float operations in the same order: the output is bit for bit the VNNI loop's. */
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} __attribute__((aligned(64))) tile_cfg;
+
+static int amx_granted = -1, amx_on = 0;
+
+/* want 1: use the tiles when Linux grants them (asked once: arch_prctl ARCH_REQ_XCOMP_PERM, XTILEDATA);
+ * 0: don't; -1: ask nothing. Returns whether the cols loop now runs on tiles. */
+int qk_amx(int want) {
+    if (want > 0 && amx_granted < 0) amx_granted = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+    if (want >= 0) amx_on = want > 0 && amx_granted > 0;
+    return amx_on;
+}
+
+/* tmm0-3: C (R x 16 int32), tmm4, 5: A (R rows x acols bytes), tmm6, 7: B (brows x 64 bytes) */
+static void amx_config(int R, int acols, int brows) {
+    tile_cfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int t = 0; t < 4; t++) c.rows[t] = (uint8_t)R, c.colsb[t] = 64;
+    for (int t = 4; t < 6; t++) c.rows[t] = (uint8_t)R, c.colsb[t] = (uint16_t)acols;
+    for (int t = 6; t < 8; t++) c.rows[t] = (uint8_t)brows, c.colsb[t] = 64;
+    _tile_loadconfig(&c);
+}
+
+#define AR 16 /* activation rows per tile */
+
+/* tmm0-3: C of four groups; tmm4, 5: A; tmm6, 7: B (two of each, so a group's loads need not wait for the last
+ * group's product: tiles are not renamed) */
+#define AMX4(A0, B0, A1, B1, A2, B2, A3, B3, ldA)                                                               \
+    do {                                                                                                      \
+        _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);                                           \
+        _tile_loadd(4, A0, ldA); _tile_loadd(6, B0, 64); _tile_dpbsud(0, 4, 6);                               \
+        _tile_loadd(5, A1, ldA); _tile_loadd(7, B1, 64); _tile_dpbsud(1, 5, 7);                               \
+        _tile_loadd(4, A2, ldA); _tile_loadd(6, B2, 64); _tile_dpbsud(2, 4, 6);                               \
+        _tile_loadd(5, A3, ldA); _tile_loadd(7, B3, 64); _tile_dpbsud(3, 5, 7);                               \
+        _tile_stored(0, ct[0], 64); _tile_stored(1, ct[1], 64); _tile_stored(2, ct[2], 64);                   \
+        _tile_stored(3, ct[3], 64);                                                                           \
+    } while (0)
+
+static void q4_amx_rows(const q4_col *w, int64_t nb, const float *xd, const int8_t *xq, const int16_t *xs, int64_t r0,
+                        int R, __m512 *facc) {
+    const __m512i nib = _mm512_set1_epi8(0x0F);
+    uint8_t bt[8][8][64] __attribute__((aligned(64)));
+    int32_t ct[4][AR][16] __attribute__((aligned(64)));
+    const int64_t ld = nb * QK;
+    for (int r = 0; r < R; r++) facc[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const q4_col *p = w + b;
+        if (b + COL_AHEAD < nb) prefetch_bytes(p + COL_AHEAD, sizeof(q4_col));
+        const int8_t *x = xq + (r0 * nb + b) * QK;
+        for (int s = 0; s < 8; s++)
+            for (int u = 0; u < 4; u++) {
+                const __m512i v = _mm512_loadu_si512(p->qs[4 * s + u]);
+                _mm512_store_si512(bt[s][2 * u], _mm512_and_si512(v, nib));
+                _mm512_store_si512(bt[s][2 * u + 1], _mm512_and_si512(_mm512_srli_epi16(v, 4), nib));
+            }
+        __m512i iacc[AR];
+        for (int r = 0; r < R; r++) iacc[r] = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++) {
+            const int s = 4 * h;
+            AMX4(x + 32 * s, bt[s], x + 32 * (s + 1), bt[s + 1], x + 32 * (s + 2), bt[s + 2], x + 32 * (s + 3),
+                 bt[s + 3], ld);
+            for (int i = 0; i < 4; i++) {
+                const __m512i scv = _mm512_loadu_si512(p->sc[s + i]);
+                for (int r = 0; r < R; r++)
+                    iacc[r] = _mm512_add_epi32(iacc[r], _mm512_mullo_epi32(_mm512_load_si512(ct[i][r]), scv));
+            }
+        }
+        const __m512 dv = _mm512_loadu_ps(p->d), ndv = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_loadu_ps(p->dmin));
+        for (int r = 0; r < R; r++) {
+            const int64_t o = (r0 + r) * nb + b;
+            const int16_t *bs = xs + o * 16;
+            __m512i macc = _mm512_setzero_si512();
+            for (int q = 0; q < 4; q++) {
+                const int16_t b0 = (int16_t)(bs[4 * q] + bs[4 * q + 1]), b1 = (int16_t)(bs[4 * q + 2] + bs[4 * q + 3]);
+                const int32_t pair = (int32_t)(uint16_t)b0 | ((int32_t)b1 << 16);
+                macc = _mm512_add_epi32(macc, _mm512_madd_epi16(_mm512_loadu_si512(p->m[q]), _mm512_set1_epi32(pair)));
+            }
+            const __m512 dx = _mm512_set1_ps(xd[o]);
+            facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[r]), _mm512_mul_ps(dv, dx), facc[r]);
+            facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(macc), _mm512_mul_ps(ndv, dx), facc[r]);
+        }
+    }
+}
+
+static void q6_amx_rows(const q6_col *w, int64_t nb, const float *xd, const int8_t *xq, const int16_t *xs, int64_t r0,
+                        int R, __m512 *facc) {
+    int32_t ct[4][AR][16] __attribute__((aligned(64)));
+    const int64_t ld = nb * QK;
+    for (int r = 0; r < R; r++) facc[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const q6_col *p = w + b;
+        if (b + COL_AHEAD < nb) prefetch_bytes(p + COL_AHEAD, sizeof(q6_col));
+        const int8_t *x = xq + (r0 * nb + b) * QK;
+        __m512i iacc[AR];
+        for (int r = 0; r < R; r++) iacc[r] = _mm512_setzero_si512();
+        for (int h = 0; h < 4; h++) {
+            const int g = 4 * h;
+            AMX4(x + 16 * g, p->u[4 * g], x + 16 * (g + 1), p->u[4 * (g + 1)], x + 16 * (g + 2), p->u[4 * (g + 2)],
+                 x + 16 * (g + 3), p->u[4 * (g + 3)], ld);
+            for (int i = 0; i < 4; i++) {
+                const __m512i scv = _mm512_loadu_si512(p->sc[g + i]);
+                for (int r = 0; r < R; r++)
+                    iacc[r] = _mm512_add_epi32(iacc[r], _mm512_mullo_epi32(_mm512_load_si512(ct[i][r]), scv));
+            }
+        }
+        const __m512 dv = _mm512_loadu_ps(p->d);
+        for (int r = 0; r < R; r++) {
+            const int64_t o = (r0 + r) * nb + b;
+            const int16_t *bs = xs + o * 16;
+            __m512i off = _mm512_setzero_si512();
+            for (int q = 0; q < 8; q++) {
+                const int32_t pair = (int32_t)(uint16_t)bs[2 * q] | ((int32_t)bs[2 * q + 1] << 16);
+                off = _mm512_add_epi32(off, _mm512_madd_epi16(_mm512_loadu_si512(p->scp[q]), _mm512_set1_epi32(pair)));
+            }
+            const __m512i sumi = _mm512_sub_epi32(iacc[r], _mm512_slli_epi32(off, 5));
+            facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(dv, _mm512_set1_ps(xd[o])), facc[r]);
+        }
+    }
+}
+
+static void gemm_amx(int kind, const void *w, int64_t N, int64_t K, const float *xd, const int8_t *xq,
+                     const int16_t *xs, int64_t n, float *y, int64_t ldy, int threads) {
+    const int64_t nb = K / QK, panels = (N + 15) / 16;
+#pragma omp parallel num_threads(threads)
+    {
+        int cfg = -1;
+        __m512 facc[AR];
+#pragma omp for schedule(static)
+        for (int64_t pj = 0; pj < panels; pj++) {
+            const int jn = (int)(N - 16 * pj < 16 ? N - 16 * pj : 16);
+            const __mmask16 mask = (__mmask16)((1u << jn) - 1);
+            for (int64_t r0 = 0; r0 < n; r0 += AR) {
+                const int R = (int)(n - r0 < AR ? n - r0 : AR);
+                if (R != cfg) amx_config(R, kind == 4 ? 32 : 16, kind == 4 ? 8 : 4), cfg = R;
+                if (kind == 4) q4_amx_rows((const q4_col *)w + pj * nb, nb, xd, xq, xs, r0, R, facc);
+                else q6_amx_rows((const q6_col *)w + pj * nb, nb, xd, xq, xs, r0, R, facc);
+                for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(y + (r0 + r) * ldy + 16 * pj, mask, facc[r]);
+            }
+        }
+        if (cfg >= 0) _tile_release();
+    }
+}
+#endif
+
 /* y[r, j] (row stride ldy) for all n rows, from the panels (qk_cols_*). */
 void qk_gemm_cols(int kind, const void *w, int64_t N, int64_t K, const float *xd, const int8_t *xq, const int16_t *xs,
                   int64_t n, float *y, int64_t ldy, int threads) {
+#if QK_AMX
+    if (amx_on) {
+        gemm_amx(kind, w, N, K, xd, xq, xs, n, y, ldy, threads);
+        return;
+    }
+#endif
     const int64_t nb = K / QK, panels = (N + 15) / 16;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t pj = 0; pj < panels; pj++) {
@@ -479,6 +657,13 @@ void qk_gemm_cols(int kind, const void *w, int64_t N, int64_t K, const float *xd
             for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(y + (r0 + r) * ldy + 16 * pj, mask, facc[r]);
         }
     }
+}
+#endif
+
+#if !QK_AMX
+int qk_amx(int want) { /* no tiles in this build */
+    (void)want;
+    return 0;
 }
 #endif
 

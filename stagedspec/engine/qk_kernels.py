@@ -13,13 +13,16 @@ loops over the same arithmetic:
 * ``cols``: 16 weight rows side by side in the SIMD lanes (a second copy of the weights in
   that layout, made at its first use), 4 activations of a row broadcast into one VNNI dot
   product where the CPU has one, 8 rows at a time (best for more rows: an extra row costs its
-  integer dot products and little else).
+  integer dot products and little else). On CPUs with AMX-INT8 (where Linux grants the tile
+  state) the same loop takes its integer sums from tile products, 16 rows at a time, and
+  gives the same bits; ``STAGEDSPEC_AMX=0`` keeps it on VNNI.
 
 Each loop gives a row the same result whatever rows come with it (bitwise); the two loops
 sum the same exact integers in another float order, so they differ by float rounding
 (~1e-7 relative). The C source compiles once per machine (gcc or cc, ``-O3``, AVX-512 flags
-only where /proc/cpuinfo lists them; a scalar build otherwise, ``cols`` then unused) into
-the cache directory beside the kernel calibrations.
+only where /proc/cpuinfo lists them, AMX's where it lists those and the compiler takes them;
+a scalar build otherwise, ``cols`` then unused) into the cache directory beside the kernel
+calibrations.
 """
 
 from __future__ import annotations
@@ -57,8 +60,13 @@ _SIMD_FLAGS = {
     "avx512dq": "-mavx512dq",
     "avx512_vnni": "-mavx512vnni",
     "fma": "-mfma",
+    "amx_tile": "-mamx-tile",
+    "amx_int8": "-mamx-int8",
 }
 _NEEDED = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "fma")
+_AMX_FLAGS = ("-mamx-tile", "-mamx-int8")
+AMX_ENV = "STAGEDSPEC_AMX"
+"""Set to 0 to keep the cols loop off the AMX tiles (same bits; for A/B timings)."""
 
 
 def cpu_flags() -> set[str]:
@@ -72,8 +80,8 @@ def cpu_flags() -> set[str]:
 
 
 def compile_flags(flags: set[str]) -> list[str]:
-    """The build's machine flags: AVX-512 (with VNNI where listed) when the CPU lists all of
-    ``_NEEDED``; none otherwise (the scalar build)."""
+    """The build's machine flags: AVX-512 (with VNNI, and AMX's tile and int8 flags, where listed)
+    when the CPU lists all of ``_NEEDED``; none otherwise (the scalar build)."""
     if not all(f in flags for f in _NEEDED):
         return []
     return [v for k, v in _SIMD_FLAGS.items() if k in flags]
@@ -83,15 +91,26 @@ def _cache_dir() -> Path:
     return Path(os.environ.get("STAGEDSPEC_CACHE") or "~/.cache/stagedspec").expanduser() / "kernels"
 
 
+_NO_AMX: set[str] = set()
+"""Compilers (paths) that refused the AMX flags: the build goes on without them."""
+
+
 def build_flags(scalar: bool = False) -> list[str]:
     # -ffp-contract=off: a * b + c stays two roundings where the source says so (the dequantized
     # weights must equal the GGUF reader's, which fuses nothing); the kernels' fused steps are explicit
-    return ["-O3", "-ffp-contract=off", "-fPIC", "-shared", "-fopenmp", *([] if scalar else compile_flags(cpu_flags()))]
+    flags = [] if scalar else compile_flags(cpu_flags())
+    if _compiler() in _NO_AMX:
+        flags = [f for f in flags if f not in _AMX_FLAGS]
+    return ["-O3", "-ffp-contract=off", "-fPIC", "-shared", "-fopenmp", *flags]
 
 
 def build_tag(scalar: bool = False) -> str:
     """The build's identity: the source and the flags (part of the kernel calibration's key)."""
     return hashlib.sha256(SOURCE.read_bytes() + " ".join(build_flags(scalar)).encode()).hexdigest()[:16]
+
+
+def _compiler() -> str | None:
+    return os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
 
 
 _LIBS: dict[bool, ctypes.CDLL] = {}
@@ -109,25 +128,11 @@ def library(scalar: bool = False) -> ctypes.CDLL:
     ``scalar``: the build without machine flags (what a CPU without AVX-512 runs; tests)."""
     if scalar in _LIBS:
         return _LIBS[scalar]
-    flags = build_flags(scalar)
-    out = _cache_dir() / f"qk_kernels-{build_tag(scalar)}.so"
-    if not out.is_file():
-        cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
-        if cc is None:
-            raise KernelBuildError(
-                "weights=gguf_native needs a C compiler (gcc or cc, or $CC) to build its kernel; "
-                "install one or use target.weights=gguf_q4 / dense"
-            )
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".qk_kernels-", suffix=".so", dir=out.parent)
-        os.close(fd)
-        cmd = [cc, *flags, str(SOURCE), "-o", tmp, "-lm"]
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode != 0:
-            Path(tmp).unlink(missing_ok=True)
-            raise KernelBuildError(f"building {SOURCE.name} failed ({' '.join(cmd)}):\n{r.stderr[-2000:]}")
-        os.replace(tmp, out)
-        log.info("built %s (%s)", out, " ".join(flags))
+    out = _build(scalar)
+    if out is None:  # a compiler that does not know AMX: the same build without it
+        _NO_AMX.add(_compiler())
+        out = _build(scalar)
+        assert out is not None
     lib = ctypes.CDLL(str(out))
     P, I, C = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
     lib.qk_repack_q4k.argtypes = [P, I, P]
@@ -142,12 +147,55 @@ def library(scalar: bool = False) -> ctypes.CDLL:
         lib.qk_gemm_cols.argtypes = [C, P, I, I, P, P, P, I, P, I, C]
     assert lib.qk_q4_block_bytes() == Q4_BLOCK_BYTES
     assert lib.qk_layer_struct_bytes() == ctypes.sizeof(_Layer)
+    lib.qk_amx.argtypes = [C]
+    if not scalar:
+        lib.qk_amx(0 if os.environ.get(AMX_ENV) == "0" else 1)
     lib.qk_linear.argtypes = [P, C, I, I, I, C, P, P, P, P, C, P, P, C, I, C]
     lib.qk_layer1.argtypes = [P, P, P, P, P, P, I, I, P, C]
     lib.qk_layer_pre.argtypes = [P, P, I, P, P, P, P, P, I, I, C, C]
     lib.qk_layer_post.argtypes = [P, P, P, I, C, C]
     _LIBS[scalar] = lib
     return lib
+
+
+def _build(scalar: bool) -> Path | None:
+    """The library for this source and these flags (compiled at the first call); None where a
+    build with AMX flags failed (the caller retries without them); raises on any other failure."""
+    flags = build_flags(scalar)
+    out = _cache_dir() / f"qk_kernels-{build_tag(scalar)}.so"
+    if out.is_file():
+        return out
+    cc = _compiler()
+    if cc is None:
+        raise KernelBuildError(
+            "weights=gguf_native needs a C compiler (gcc or cc, or $CC) to build its kernel; "
+            "install one or use target.weights=gguf_q4 / dense"
+        )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".qk_kernels-", suffix=".so", dir=out.parent)
+    os.close(fd)
+    cmd = [cc, *flags, str(SOURCE), "-o", tmp, "-lm"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        Path(tmp).unlink(missing_ok=True)
+        if any(f in flags for f in _AMX_FLAGS):
+            log.info("%s refused the AMX build (%s); building without AMX", cc, r.stderr.strip()[-300:])
+            return None
+        raise KernelBuildError(f"building {SOURCE.name} failed ({' '.join(cmd)}):\n{r.stderr[-2000:]}")
+    os.replace(tmp, out)
+    log.info("built %s (%s)", out, " ".join(flags))
+    return out
+
+
+def use_amx(on: bool) -> bool:
+    """Run the cols loop's integer sums on AMX tiles (``on``, where the build and Linux allow them)
+    or on VNNI; returns whether the tiles are now in use. The bits are the same either way."""
+    return bool(library().qk_amx(1 if on else 0))
+
+
+def amx_in_use() -> bool:
+    """Whether the cols loop runs on AMX tiles (an AMX build on a CPU and kernel that grant them)."""
+    return bool(library().qk_amx(-1))
 
 
 def has_cols() -> bool:

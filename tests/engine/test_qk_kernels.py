@@ -83,6 +83,26 @@ def test_the_cols_loop_and_the_four_row_loop_differ_by_float_rounding_only(kind)
     assert float((rows - cols).norm() / rows.norm()) < 1e-6
 
 
+@pytest.mark.skipif(not qk.amx_in_use(), reason="AMX tiles: an Intel CPU with AMX-INT8 and a kernel that grants them")
+@pytest.mark.parametrize("kind", ["q4_k", "q6_k"])
+def test_the_cols_loop_on_amx_tiles_gives_the_vnni_loops_bits(kind):
+    """The tiles compute the same exact integer sums as the VNNI loop and hand them to the same float
+    code: bit for bit, for a partial panel (50 weight rows) and row counts below, at and past a
+    tile's 16 rows (1, 5, 16, 17, 33)."""
+    seg, _ = _segment(kind, 50, 1024, seed=11)
+    x = torch.randn(33, 1024, generator=torch.Generator().manual_seed(12))
+    try:
+        for n in (1, 5, 16, 17, 33):
+            assert qk.use_amx(False) is False
+            vnni = qk.matmul(x[:n], [seg], 1)
+            assert qk.use_amx(True) is True
+            tiles = qk.matmul(x[:n], [seg], 1)
+            assert vnni.abs().max() > 0
+            assert torch.equal(tiles, vnni), (n, float((tiles - vnni).abs().max()))
+    finally:
+        qk.use_amx(True)
+
+
 def test_the_scalar_build_computes_the_same_products():
     """What a CPU without AVX-512 runs: the same integer sums, float sums in another order."""
     a, _ = _segment("q4_k", 16, 512, seed=6)
@@ -97,6 +117,8 @@ def test_the_build_flags_follow_the_cpus_flags():
     full = {"avx512f", "avx512bw", "avx512vl", "avx512dq", "fma"}
     assert "-mavx512f" in qk.compile_flags(full) and "-mavx512vnni" not in qk.compile_flags(full)
     assert "-mavx512vnni" in qk.compile_flags(full | {"avx512_vnni"})
+    assert "-mamx-int8" in qk.compile_flags(full | {"amx_tile", "amx_int8"})
+    assert not any(f.startswith("-mamx") for f in qk.compile_flags({"avx2", "fma", "amx_tile", "amx_int8"}))
 
 
 # --------------------------------------------------------------------------- one call per Linear
