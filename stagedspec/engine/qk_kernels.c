@@ -382,6 +382,30 @@ static inline __m512i vnni(__m512i acc, __m512i w, int32_t x4) {
 #endif
 }
 
+/* acc + the int16 pairs of w times the pair x2 (two int16 in an int32), broadcast: vpdpwssd where the CPU
+ * has VNNI, vpmaddwd + vpaddd otherwise (the same exact int32 sums) */
+static inline __m512i dot_pairs(__m512i acc, __m512i w, int32_t x2) {
+#ifdef __AVX512VNNI__
+    return _mm512_dpwssd_epi32(acc, w, _mm512_set1_epi32(x2));
+#else
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(w, _mm512_set1_epi32(x2)));
+#endif
+}
+
+/* a q4 panel's min terms take, per activation row and block, the sums of 32-groups 2q and 2q + 1 as one int32
+ * pair (q < 4): made once per product, not once per panel */
+static int32_t *q4_min_pairs(const int16_t *xs, int64_t rows_blocks) {
+    int32_t *mp = malloc((size_t)rows_blocks * 4 * sizeof(int32_t));
+    if (!mp) return NULL;
+    for (int64_t o = 0; o < rows_blocks; o++)
+        for (int q = 0; q < 4; q++) {
+            const int16_t *bs = xs + o * 16;
+            const int16_t b0 = (int16_t)(bs[4 * q] + bs[4 * q + 1]), b1 = (int16_t)(bs[4 * q + 2] + bs[4 * q + 3]);
+            mp[o * 4 + q] = (int32_t)(uint16_t)b0 | ((int32_t)b1 << 16);
+        }
+    return mp;
+}
+
 #define RB 8 /* activation rows per pass over a panel */
 #ifndef COL_AHEAD
 #define COL_AHEAD 2 /* panel blocks ahead of the cols loops' reads */
@@ -392,7 +416,7 @@ static inline void prefetch_bytes(const void *p, size_t n) {
 }
 
 static inline __attribute__((always_inline)) void q4_cols_rows(const q4_col *w, int64_t nb, const float *xd,
-                                                                const int8_t *xq, const int16_t *xs, int64_t r0,
+                                                                const int8_t *xq, const int32_t *mp, int64_t r0,
                                                                 int R, __m512 *facc) {
     const __m512i nib = _mm512_set1_epi8(0x0F);
     for (int r = 0; r < R; r++) facc[r] = _mm512_setzero_ps();
@@ -422,13 +446,8 @@ static inline __attribute__((always_inline)) void q4_cols_rows(const q4_col *w, 
         const __m512 dv = _mm512_loadu_ps(p->d), ndv = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_loadu_ps(p->dmin));
         for (int r = 0; r < R; r++) {
             const int64_t o = (r0 + r) * nb + b;
-            const int16_t *bs = xs + o * 16;
             __m512i macc = _mm512_setzero_si512();
-            for (int q = 0; q < 4; q++) { /* groups 2q, 2q + 1 of 32: sums of 16-groups 4q..4q+3 */
-                const int16_t b0 = (int16_t)(bs[4 * q] + bs[4 * q + 1]), b1 = (int16_t)(bs[4 * q + 2] + bs[4 * q + 3]);
-                const int32_t pair = (int32_t)(uint16_t)b0 | ((int32_t)b1 << 16);
-                macc = _mm512_add_epi32(macc, _mm512_madd_epi16(_mm512_loadu_si512(p->m[q]), _mm512_set1_epi32(pair)));
-            }
+            for (int q = 0; q < 4; q++) macc = dot_pairs(macc, _mm512_loadu_si512(p->m[q]), mp[o * 4 + q]);
             const __m512 dx = _mm512_set1_ps(xd[o]);
             facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[r]), _mm512_mul_ps(dv, dx), facc[r]);
             facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(macc), _mm512_mul_ps(ndv, dx), facc[r]);
@@ -462,12 +481,9 @@ static inline __attribute__((always_inline)) void q6_cols_rows(const q6_col *w, 
         const __m512 dv = _mm512_loadu_ps(p->d);
         for (int r = 0; r < R; r++) {
             const int64_t o = (r0 + r) * nb + b;
-            const int16_t *bs = xs + o * 16;
+            const int32_t *pairs = (const int32_t *)(xs + o * 16); /* 16-group sums 2q, 2q + 1 as one int32 */
             __m512i off = _mm512_setzero_si512();
-            for (int q = 0; q < 8; q++) {
-                const int32_t pair = (int32_t)(uint16_t)bs[2 * q] | ((int32_t)bs[2 * q + 1] << 16);
-                off = _mm512_add_epi32(off, _mm512_madd_epi16(_mm512_loadu_si512(p->scp[q]), _mm512_set1_epi32(pair)));
-            }
+            for (int q = 0; q < 8; q++) off = dot_pairs(off, _mm512_loadu_si512(p->scp[q]), pairs[q]);
             const __m512i sumi = _mm512_sub_epi32(iacc[r], _mm512_slli_epi32(off, 5));
             facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(dv, _mm512_set1_ps(xd[o])), facc[r]);
         }
@@ -524,7 +540,7 @@ static void amx_config(int R, int acols, int brows) {
         _tile_stored(3, ct[3], 64);                                                                           \
     } while (0)
 
-static void q4_amx_rows(const q4_col *w, int64_t nb, const float *xd, const int8_t *xq, const int16_t *xs, int64_t r0,
+static void q4_amx_rows(const q4_col *w, int64_t nb, const float *xd, const int8_t *xq, const int32_t *mp, int64_t r0,
                         int R, __m512 *facc) {
     const __m512i nib = _mm512_set1_epi8(0x0F);
     uint8_t bt[8][8][64] __attribute__((aligned(64)));
@@ -556,13 +572,8 @@ static void q4_amx_rows(const q4_col *w, int64_t nb, const float *xd, const int8
         const __m512 dv = _mm512_loadu_ps(p->d), ndv = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_loadu_ps(p->dmin));
         for (int r = 0; r < R; r++) {
             const int64_t o = (r0 + r) * nb + b;
-            const int16_t *bs = xs + o * 16;
             __m512i macc = _mm512_setzero_si512();
-            for (int q = 0; q < 4; q++) {
-                const int16_t b0 = (int16_t)(bs[4 * q] + bs[4 * q + 1]), b1 = (int16_t)(bs[4 * q + 2] + bs[4 * q + 3]);
-                const int32_t pair = (int32_t)(uint16_t)b0 | ((int32_t)b1 << 16);
-                macc = _mm512_add_epi32(macc, _mm512_madd_epi16(_mm512_loadu_si512(p->m[q]), _mm512_set1_epi32(pair)));
-            }
+            for (int q = 0; q < 4; q++) macc = dot_pairs(macc, _mm512_loadu_si512(p->m[q]), mp[o * 4 + q]);
             const __m512 dx = _mm512_set1_ps(xd[o]);
             facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[r]), _mm512_mul_ps(dv, dx), facc[r]);
             facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(macc), _mm512_mul_ps(ndv, dx), facc[r]);
@@ -594,12 +605,9 @@ static void q6_amx_rows(const q6_col *w, int64_t nb, const float *xd, const int8
         const __m512 dv = _mm512_loadu_ps(p->d);
         for (int r = 0; r < R; r++) {
             const int64_t o = (r0 + r) * nb + b;
-            const int16_t *bs = xs + o * 16;
+            const int32_t *pairs = (const int32_t *)(xs + o * 16); /* 16-group sums 2q, 2q + 1 as one int32 */
             __m512i off = _mm512_setzero_si512();
-            for (int q = 0; q < 8; q++) {
-                const int32_t pair = (int32_t)(uint16_t)bs[2 * q] | ((int32_t)bs[2 * q + 1] << 16);
-                off = _mm512_add_epi32(off, _mm512_madd_epi16(_mm512_loadu_si512(p->scp[q]), _mm512_set1_epi32(pair)));
-            }
+            for (int q = 0; q < 8; q++) off = dot_pairs(off, _mm512_loadu_si512(p->scp[q]), pairs[q]);
             const __m512i sumi = _mm512_sub_epi32(iacc[r], _mm512_slli_epi32(off, 5));
             facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(dv, _mm512_set1_ps(xd[o])), facc[r]);
         }
@@ -607,7 +615,7 @@ static void q6_amx_rows(const q6_col *w, int64_t nb, const float *xd, const int8
 }
 
 static void gemm_amx(int kind, const void *w, int64_t N, int64_t K, const float *xd, const int8_t *xq,
-                     const int16_t *xs, int64_t n, float *y, int64_t ldy, int threads) {
+                     const int16_t *xs, const int32_t *mp, int64_t n, float *y, int64_t ldy, int threads) {
     const int64_t nb = K / QK, panels = (N + 15) / 16;
 #pragma omp parallel num_threads(threads)
     {
@@ -620,7 +628,7 @@ static void gemm_amx(int kind, const void *w, int64_t N, int64_t K, const float 
             for (int64_t r0 = 0; r0 < n; r0 += AR) {
                 const int R = (int)(n - r0 < AR ? n - r0 : AR);
                 if (R != cfg) amx_config(R, kind == 4 ? 32 : 16, kind == 4 ? 8 : 4), cfg = R;
-                if (kind == 4) q4_amx_rows((const q4_col *)w + pj * nb, nb, xd, xq, xs, r0, R, facc);
+                if (kind == 4) q4_amx_rows((const q4_col *)w + pj * nb, nb, xd, xq, mp, r0, R, facc);
                 else q6_amx_rows((const q6_col *)w + pj * nb, nb, xd, xq, xs, r0, R, facc);
                 for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(y + (r0 + r) * ldy + 16 * pj, mask, facc[r]);
             }
@@ -630,16 +638,19 @@ static void gemm_amx(int kind, const void *w, int64_t N, int64_t K, const float 
 }
 #endif
 
-/* y[r, j] (row stride ldy) for all n rows, from the panels (qk_cols_*). */
-void qk_gemm_cols(int kind, const void *w, int64_t N, int64_t K, const float *xd, const int8_t *xq, const int16_t *xs,
-                  int64_t n, float *y, int64_t ldy, int threads) {
+/* y[r, j] (row stride ldy) for all n rows, from the panels (qk_cols_*); 1 if out of memory, else 0. */
+int qk_gemm_cols(int kind, const void *w, int64_t N, int64_t K, const float *xd, const int8_t *xq, const int16_t *xs,
+                 int64_t n, float *y, int64_t ldy, int threads) {
+    const int64_t nb = K / QK, panels = (N + 15) / 16;
+    int32_t *mp = NULL;
+    if (kind == 4 && !(mp = q4_min_pairs(xs, n * nb))) return 1;
 #if QK_AMX
     if (amx_on) {
-        gemm_amx(kind, w, N, K, xd, xq, xs, n, y, ldy, threads);
-        return;
+        gemm_amx(kind, w, N, K, xd, xq, xs, mp, n, y, ldy, threads);
+        free(mp);
+        return 0;
     }
 #endif
-    const int64_t nb = K / QK, panels = (N + 15) / 16;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t pj = 0; pj < panels; pj++) {
         const int jn = (int)(N - 16 * pj < 16 ? N - 16 * pj : 16);
@@ -649,7 +660,7 @@ void qk_gemm_cols(int kind, const void *w, int64_t N, int64_t K, const float *xd
             const int R = (int)(n - r0 < RB ? n - r0 : RB);
 #define CASE(RR)                                                                                              \
     case RR:                                                                                                  \
-        if (kind == 4) q4_cols_rows((const q4_col *)w + pj * nb, nb, xd, xq, xs, r0, RR, facc);              \
+        if (kind == 4) q4_cols_rows((const q4_col *)w + pj * nb, nb, xd, xq, mp, r0, RR, facc);              \
         else q6_cols_rows((const q6_col *)w + pj * nb, nb, xd, xq, xs, r0, RR, facc);                         \
         break;
             switch (R) { CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8) }
@@ -657,6 +668,8 @@ void qk_gemm_cols(int kind, const void *w, int64_t N, int64_t K, const float *xd
             for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(y + (r0 + r) * ldy + 16 * pj, mask, facc[r]);
         }
     }
+    free(mp);
+    return 0;
 }
 #endif
 
@@ -801,7 +814,7 @@ int qk_linear(const void *x, int x_bf16, int64_t n, int64_t K, int64_t Kp, int n
     for (int s = 0; s < nseg; s++) {
 #if QK_AVX512
         if (cols) {
-            qk_gemm_cols(kinds[s], ws[s], rows[s], Kp, xd, xq, xs, n, yf + starts[s], N, threads);
+            if (qk_gemm_cols(kinds[s], ws[s], rows[s], Kp, xd, xq, xs, n, yf + starts[s], N, threads)) return 1;
             continue;
         }
 #endif
