@@ -492,12 +492,13 @@ static inline __attribute__((always_inline)) void q6_cols_rows(const q6_col *w, 
 
 #if QK_AMX
 /* ---- the cols loop's integers on AMX tiles (Intel CPUs with AMX-INT8, where Linux grants the tile state).
- * A panel's codes for one scale group are a B tile as they lie (q6: 4 rows of 64 bytes; q4: the 8 nibble
- * planes of the group, unpacked to bytes first), up to 16 activation rows' int8 of the group are the A tile
- * (read in place, row stride = the row's bytes), and TDPBSUD (signed x unsigned bytes, int32 sums) gives
- * every row's 16 group dot products at once. The group's tile is stored and scaled by the panel's sc as the
- * VNNI loop scales its sums; from there on the code is that loop's, so the same exact integers meet the
- * same float operations in the same order: the output is bit for bit the VNNI loop's. */
+ * 16 activation rows' int8 are an A tile (read in place, row stride = a row's bytes), a panel's codes a B tile
+ * (16 weight rows' 4 consecutive codes a 64-byte row: the cols layout), and TDPBSUD (signed x unsigned bytes,
+ * int32 sums) gives all 16 x 16 dot products at once. q6 (q6_amx_rows): one tile product per scale group of
+ * 16 (its B tile the panel's bytes as they lie), stored and scaled by the group's sc as the VNNI loop scales
+ * its sums. q4 (q4_amx_folded): the scales folded into the codes, two tile products a block. Either way the
+ * block's integers are the VNNI loop's exactly and meet the same float operations in the same order: the
+ * output is bit for bit the VNNI loop's. */
 typedef struct {
     uint8_t palette, start_row, reserved[14];
     uint16_t colsb[16];
@@ -514,7 +515,7 @@ int qk_amx(int want) {
     return amx_on;
 }
 
-/* tmm0-3: C (R x 16 int32), tmm4, 5: A (R rows x acols bytes), tmm6, 7: B (brows x 64 bytes) */
+/* the q6 loop's tiles: tmm0-3: C (R x 16 int32), tmm4, 5: A (R rows x acols bytes), tmm6, 7: B (brows x 64) */
 static void amx_config(int R, int acols, int brows) {
     tile_cfg c;
     memset(&c, 0, sizeof c);
@@ -527,8 +528,17 @@ static void amx_config(int R, int acols, int brows) {
 
 #define AR 16 /* activation rows per tile */
 
-/* tmm0-3: C of four groups; tmm4, 5: A; tmm6, 7: B (two of each, so a group's loads need not wait for the last
- * group's product: tiles are not renamed) */
+/* the folded q4 loop's tiles: tmm0, 1: C (R x 16 int32); tmm2, 5: A (R x 64 bytes); tmm3, 4, 6, 7: B (16 x 64);
+ * two A / B sets, so a product's loads need not wait for the last product (tiles are not renamed) */
+static void amx_config_folded(int R) {
+    tile_cfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int t = 0; t < 8; t++) c.rows[t] = (uint8_t)(t == 0 || t == 1 || t == 2 || t == 5 ? R : 16), c.colsb[t] = 64;
+    _tile_loadconfig(&c);
+}
+
+/* four q6 groups: tmm0-3 their C; tmm4, 5: A; tmm6, 7: B (two of each, as above) */
 #define AMX4(A0, B0, A1, B1, A2, B2, A3, B3, ldA)                                                               \
     do {                                                                                                      \
         _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);                                           \
@@ -539,47 +549,6 @@ static void amx_config(int R, int acols, int brows) {
         _tile_stored(0, ct[0], 64); _tile_stored(1, ct[1], 64); _tile_stored(2, ct[2], 64);                   \
         _tile_stored(3, ct[3], 64);                                                                           \
     } while (0)
-
-static void q4_amx_rows(const q4_col *w, int64_t nb, const float *xd, const int8_t *xq, const int32_t *mp, int64_t r0,
-                        int R, __m512 *facc) {
-    const __m512i nib = _mm512_set1_epi8(0x0F);
-    uint8_t bt[8][8][64] __attribute__((aligned(64)));
-    int32_t ct[4][AR][16] __attribute__((aligned(64)));
-    const int64_t ld = nb * QK;
-    for (int r = 0; r < R; r++) facc[r] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const q4_col *p = w + b;
-        if (b + COL_AHEAD < nb) prefetch_bytes(p + COL_AHEAD, sizeof(q4_col));
-        const int8_t *x = xq + (r0 * nb + b) * QK;
-        for (int s = 0; s < 8; s++)
-            for (int u = 0; u < 4; u++) {
-                const __m512i v = _mm512_loadu_si512(p->qs[4 * s + u]);
-                _mm512_store_si512(bt[s][2 * u], _mm512_and_si512(v, nib));
-                _mm512_store_si512(bt[s][2 * u + 1], _mm512_and_si512(_mm512_srli_epi16(v, 4), nib));
-            }
-        __m512i iacc[AR];
-        for (int r = 0; r < R; r++) iacc[r] = _mm512_setzero_si512();
-        for (int h = 0; h < 2; h++) {
-            const int s = 4 * h;
-            AMX4(x + 32 * s, bt[s], x + 32 * (s + 1), bt[s + 1], x + 32 * (s + 2), bt[s + 2], x + 32 * (s + 3),
-                 bt[s + 3], ld);
-            for (int i = 0; i < 4; i++) {
-                const __m512i scv = _mm512_loadu_si512(p->sc[s + i]);
-                for (int r = 0; r < R; r++)
-                    iacc[r] = _mm512_add_epi32(iacc[r], _mm512_mullo_epi32(_mm512_load_si512(ct[i][r]), scv));
-            }
-        }
-        const __m512 dv = _mm512_loadu_ps(p->d), ndv = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_loadu_ps(p->dmin));
-        for (int r = 0; r < R; r++) {
-            const int64_t o = (r0 + r) * nb + b;
-            __m512i macc = _mm512_setzero_si512();
-            for (int q = 0; q < 4; q++) macc = dot_pairs(macc, _mm512_loadu_si512(p->m[q]), mp[o * 4 + q]);
-            const __m512 dx = _mm512_set1_ps(xd[o]);
-            facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[r]), _mm512_mul_ps(dv, dx), facc[r]);
-            facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(macc), _mm512_mul_ps(ndv, dx), facc[r]);
-        }
-    }
-}
 
 static void q6_amx_rows(const q6_col *w, int64_t nb, const float *xd, const int8_t *xq, const int16_t *xs, int64_t r0,
                         int R, __m512 *facc) {
@@ -614,9 +583,106 @@ static void q6_amx_rows(const q6_col *w, int64_t nb, const float *xd, const int8
     }
 }
 
-static void gemm_amx(int kind, const void *w, int64_t N, int64_t K, const float *xd, const int8_t *xq,
+/* q4 with the group scales folded into the B tiles: sc = 8 hi + lo (hi, lo < 8), so q * hi and q * lo fit a
+ * byte, and per block and row sum_s sc[s] dot_s = 8 sum_s dot(x, q hi) + sum_s dot(x, q lo): two C tiles
+ * accumulate the whole block (4 tile products of 64 columns each), two stores a block instead of eight, and
+ * the same exact integer as the VNNI loop's. The folded tiles are made once a panel block and serve every
+ * chunk of 16 rows, so the loop over rows is inside; each row's float sum runs over blocks in order in
+ * facc (n x 16 floats), as the other loops'. The tiles always take 16 rows: past n they read the padding
+ * qk_linear leaves after the activations (AR rows), and those rows' sums are never used. */
+static void q4_amx_folded(const q4_col *w, int64_t nb, const float *xd, const int8_t *xq, const int32_t *mp,
+                          int64_t n, float *facc) {
+    const __m512i nib = _mm512_set1_epi8(0x0F), seven = _mm512_set1_epi16(7);
+    uint8_t bh[64][64] __attribute__((aligned(64))), bl[64][64] __attribute__((aligned(64)));
+    int32_t ch[AR][16] __attribute__((aligned(64))), cl[AR][16] __attribute__((aligned(64)));
+    const int64_t ld = nb * QK;
+    for (int64_t r = 0; r < n; r++) _mm512_store_ps(facc + 16 * r, _mm512_setzero_ps());
+    for (int64_t b = 0; b < nb; b++) {
+        const q4_col *p = w + b;
+        if (b + COL_AHEAD < nb) prefetch_bytes(p + COL_AHEAD, sizeof(q4_col));
+        for (int s = 0; s < 8; s++) {
+            const __m512i sc = _mm512_loadu_si512(p->sc[s]); /* column j's scale in 16-bit lanes 2j, 2j + 1 */
+            const __m512i both = _mm512_or_si512(sc, _mm512_slli_epi32(sc, 16));
+            const __m512i hi = _mm512_srli_epi16(both, 3), lo = _mm512_and_si512(both, seven);
+            for (int u = 0; u < 4; u++) {
+                const __m512i v = _mm512_loadu_si512(p->qs[4 * s + u]);
+                const __m512i w0 = _mm512_and_si512(v, nib), w1 = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+                const int k = 8 * s + 2 * u; /* a lane's two codes share a column: q * c < 256 stays in its byte */
+                _mm512_store_si512(bh[k], _mm512_mullo_epi16(w0, hi));
+                _mm512_store_si512(bh[k + 1], _mm512_mullo_epi16(w1, hi));
+                _mm512_store_si512(bl[k], _mm512_mullo_epi16(w0, lo));
+                _mm512_store_si512(bl[k + 1], _mm512_mullo_epi16(w1, lo));
+            }
+        }
+        const __m512 dv = _mm512_loadu_ps(p->d), ndv = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_loadu_ps(p->dmin));
+        for (int64_t r0 = 0; r0 < n; r0 += AR) {
+            const int R = (int)(n - r0 < AR ? n - r0 : AR);
+            const int8_t *x = xq + (r0 * nb + b) * QK;
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_loadd(2, x, ld);
+            _tile_loadd(3, bh[0], 64);
+            _tile_loadd(4, bl[0], 64);
+            _tile_dpbsud(0, 2, 3);
+            _tile_dpbsud(1, 2, 4);
+            _tile_loadd(5, x + 64, ld);
+            _tile_loadd(6, bh[16], 64);
+            _tile_loadd(7, bl[16], 64);
+            _tile_dpbsud(0, 5, 6);
+            _tile_dpbsud(1, 5, 7);
+            _tile_loadd(2, x + 128, ld);
+            _tile_loadd(3, bh[32], 64);
+            _tile_loadd(4, bl[32], 64);
+            _tile_dpbsud(0, 2, 3);
+            _tile_dpbsud(1, 2, 4);
+            _tile_loadd(5, x + 192, ld);
+            _tile_loadd(6, bh[48], 64);
+            _tile_loadd(7, bl[48], 64);
+            _tile_dpbsud(0, 5, 6);
+            _tile_dpbsud(1, 5, 7);
+            _tile_stored(0, ch, 64);
+            _tile_stored(1, cl, 64);
+            for (int r = 0; r < R; r++) {
+                const int64_t o = (r0 + r) * nb + b;
+                const __m512i iacc =
+                    _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(ch[r]), 3), _mm512_load_si512(cl[r]));
+                __m512i macc = _mm512_setzero_si512();
+                for (int q = 0; q < 4; q++) macc = dot_pairs(macc, _mm512_loadu_si512(p->m[q]), mp[o * 4 + q]);
+                const __m512 dx = _mm512_set1_ps(xd[o]);
+                float *f = facc + 16 * (r0 + r);
+                __m512 acc = _mm512_load_ps(f);
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc), _mm512_mul_ps(dv, dx), acc);
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(macc), _mm512_mul_ps(ndv, dx), acc);
+                _mm512_store_ps(f, acc);
+            }
+        }
+    }
+}
+
+static int gemm_amx(int kind, const void *w, int64_t N, int64_t K, const float *xd, const int8_t *xq,
                      const int16_t *xs, const int32_t *mp, int64_t n, float *y, int64_t ldy, int threads) {
     const int64_t nb = K / QK, panels = (N + 15) / 16;
+    if (kind == 4) {
+        int fail = 0;
+#pragma omp parallel num_threads(threads) reduction(| : fail)
+        {
+            float *facc = aligned_alloc(64, (size_t)n * 16 * sizeof(float));
+            if (!facc) fail = 1;
+            else amx_config_folded(AR);
+#pragma omp for schedule(static)
+            for (int64_t pj = 0; pj < panels; pj++) {
+                if (!facc) continue;
+                const int jn = (int)(N - 16 * pj < 16 ? N - 16 * pj : 16);
+                const __mmask16 mask = (__mmask16)((1u << jn) - 1);
+                q4_amx_folded((const q4_col *)w + pj * nb, nb, xd, xq, mp, n, facc);
+                for (int64_t r = 0; r < n; r++)
+                    _mm512_mask_storeu_ps(y + r * ldy + 16 * pj, mask, _mm512_load_ps(facc + 16 * r));
+            }
+            if (facc) _tile_release();
+            free(facc);
+        }
+        return fail;
+    }
 #pragma omp parallel num_threads(threads)
     {
         int cfg = -1;
@@ -627,14 +693,14 @@ static void gemm_amx(int kind, const void *w, int64_t N, int64_t K, const float 
             const __mmask16 mask = (__mmask16)((1u << jn) - 1);
             for (int64_t r0 = 0; r0 < n; r0 += AR) {
                 const int R = (int)(n - r0 < AR ? n - r0 : AR);
-                if (R != cfg) amx_config(R, kind == 4 ? 32 : 16, kind == 4 ? 8 : 4), cfg = R;
-                if (kind == 4) q4_amx_rows((const q4_col *)w + pj * nb, nb, xd, xq, mp, r0, R, facc);
-                else q6_amx_rows((const q6_col *)w + pj * nb, nb, xd, xq, xs, r0, R, facc);
+                if (R != cfg) amx_config(R, 16, 4), cfg = R;
+                q6_amx_rows((const q6_col *)w + pj * nb, nb, xd, xq, xs, r0, R, facc);
                 for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(y + (r0 + r) * ldy + 16 * pj, mask, facc[r]);
             }
         }
         if (cfg >= 0) _tile_release();
     }
+    return 0;
 }
 #endif
 
@@ -646,9 +712,9 @@ int qk_gemm_cols(int kind, const void *w, int64_t N, int64_t K, const float *xd,
     if (kind == 4 && !(mp = q4_min_pairs(xs, n * nb))) return 1;
 #if QK_AMX
     if (amx_on) {
-        gemm_amx(kind, w, N, K, xd, xq, xs, mp, n, y, ldy, threads);
+        const int fail = gemm_amx(kind, w, N, K, xd, xq, xs, mp, n, y, ldy, threads);
         free(mp);
-        return 0;
+        return fail;
     }
 #endif
 #pragma omp parallel for num_threads(threads) schedule(static)
@@ -806,7 +872,7 @@ int qk_linear(const void *x, int x_bf16, int64_t n, int64_t K, int64_t Kp, int n
         }
     }
     float *xd = grow(1, (size_t)n * nb * 4);
-    int8_t *xq = grow(2, (size_t)n * Kp);
+    int8_t *xq = grow(2, (size_t)(n + 16) * Kp); /* + 16 rows: the folded AMX loop's tiles read whole */
     int16_t *xs = grow(3, (size_t)n * nb * 16 * 2);
     float *yf = y_bf16 ? grow(4, (size_t)n * N * 4) : (float *)y;
     if (!xd || !xq || !xs || !yf) return 1;
