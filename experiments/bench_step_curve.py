@@ -14,7 +14,9 @@ forwards on llama.cpp over the same GGUF file (``target.backend=llama_cpp``; the
 blocks, every tensor in its stored type), interleaved with the others. ``--native``: another, the
 target on its GGUF's own blocks with int8 activations (``target.weights=gguf_native``, a second model
 object, its plan calibrated for it), and that plan with its one-row forwards' decoder layers in torch
-instead of one C call each (``native_layers=False``: the layer kernel's A/B).
+instead of one C call each (``native_layers=False``: the layer kernel's A/B). ``--amx-ab`` (with
+``--native``, on a CPU with AMX-INT8): also the native plan with its cols loop on VNNI instead of AMX
+tiles (``gguf_native_vnni``; the same bits).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from stagedspec.engine import qk_kernels
 from stagedspec.engine.kv_cache import KVModel
 from stagedspec.engine.llama_cpp_kv import LlamaCppKV
 from stagedspec.engine.tree import DraftTree
@@ -69,6 +72,7 @@ def main(argv=None) -> None:
     ap.add_argument(
         "--native", action="store_true", help="also time weights=gguf_native (the GGUF's blocks x int8 activations)"
     )
+    ap.add_argument("--amx-ab", action="store_true", help="with --native: also the native plan on VNNI, not AMX tiles")
     ap.add_argument("--out", default=None, help="write the markdown table here (and the JSON beside it)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -86,6 +90,13 @@ def main(argv=None) -> None:
             plans["gguf_native"], native_layers=False, name="fast-torch-layers"
         )
         models["gguf_native_torch_layers"] = native
+        if args.amx_ab:
+            if not qk_kernels.amx_in_use():
+                raise SystemExit(
+                    "--amx-ab: this machine's cols loop does not run on AMX tiles (no AMX-INT8, or not granted)"
+                )
+            plans["gguf_native_vnni"] = dataclasses.replace(plans["gguf_native"], name="fast-vnni")
+            models["gguf_native_vnni"] = native
     bw = [read_bandwidth()]
     ctx = torch.randint(0, target.vocab_size, (args.context,), generator=torch.Generator().manual_seed(0)).tolist()
     kvs = {}
@@ -101,6 +112,8 @@ def main(argv=None) -> None:
     with torch.no_grad():
         for r in range(args.repeats + 1):  # repeat 0: warm-up, not kept
             for name in plans if r % 2 else reversed(list(plans)):
+                if args.amx_ab:
+                    qk_kernels.use_amx(name != "gguf_native_vnni")
                 with plans[name].active() if plans[name] is not None else contextlib.nullcontext():
                     for n in rows:
                         t = (time_llama_cpp if plans[name] is None else time_forward)(kvs[name], ctx, n)
