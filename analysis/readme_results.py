@@ -30,11 +30,11 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
 SOURCES = {
-    "peers": "docs/peers/v21-intel-humaneval-t0/results.json",
-    "llama_cpp": "docs/peers/v21-intel-llama-cpp-humaneval-t0.json",
-    "peers_mtbench": "docs/peers/v21-intel-mtbench-t0/results.json",
-    "peers_t07": "docs/peers/v21-intel-humaneval-t07/results.json",
-    "step_curve": "docs/bench/step-curve-2026-12-07-intel-v21.json",
+    "peers": "docs/peers/v22-intel-humaneval-t0/results.json",
+    "llama_cpp": "docs/peers/v22-intel-llama-cpp-humaneval-t0.json",
+    "peers_mtbench": "docs/peers/v22-intel-mtbench-t0/results.json",
+    "peers_t07": "docs/peers/v22-intel-humaneval-t07/results.json",
+    "step_curve": "docs/bench/step-curve-2026-12-07-intel-v22.json",
     "main_command": "docs/main-command/2026-12-07-intel-v21",
     "paper": "docs/paper/2026-12-06",
 }
@@ -85,6 +85,10 @@ def llama_rates(llama: dict) -> dict[str, float]:
 TORCH_LAYERS = "gguf_native_torch_layers"
 """The step curve's native plan with its decoder layers in torch (the layer kernels' A/B; v16 on: one-row
 layers only in v16, every row count from v17)."""
+
+
+VNNI = "gguf_native_vnni"
+"""The step curve's native plan with its cols loop on VNNI where the machine's runs on AMX tiles (``--amx-ab``, v22 on)."""
 
 
 def step_ms(curve: dict, weights: str, rows: int) -> float:
@@ -161,6 +165,12 @@ def render_results(root: Path = ROOT) -> str:
             f" (its decoder layers in torch, `native_layers=False`: {step_ms(curve, TORCH_LAYERS, 1):.0f} / "
             f"{step_ms(curve, TORCH_LAYERS, 4):.0f} / {step_ms(curve, TORCH_LAYERS, 16):.0f})"
             if TORCH_LAYERS in curve["ms"]
+            else ""
+        )
+        + (
+            f" (its cols loop on VNNI instead of AMX tiles: {step_ms(curve, VNNI, 1):.0f} / "
+            f"{step_ms(curve, VNNI, 4):.0f} / {step_ms(curve, VNNI, 16):.0f})"
+            if VNNI in curve["ms"]
             else ""
         )
         + f", 4-bit {t['gguf_q4', 1]:.0f} / {t['gguf_q4', 4]:.0f} / {t['gguf_q4', 16]:.0f}.",
