@@ -15,8 +15,11 @@ Per prompt and mode, in turn: ``plain`` is ``llama-bench -p 0 -n N -d <prompt le
 --spec-type <mode>`` at ``--temp`` (``draft-simple`` with the 0.5B as ``-md``, its
 ``--spec-draft-n-max`` and ``--spec-draft-p-min`` from the mode string
 ``draft-simple:16:0.75``; ``ngram-simple:N:M`` sets its lookup and draft n-gram sizes, 12 and 48
-by default), ``--ignore-eos`` so every mode decodes N tokens. The rates are the
-programs' own (decode seconds, prompt processing excluded), as ours exclude the prefill.
+by default), ``--ignore-eos`` so every mode decodes N tokens, ``--seed`` per sample as
+``peers.py`` seeds ours (``--repeats`` samples a prompt; llama.cpp's default seed is drawn at
+random, so before 2026-12-07 13:00 UTC each T > 0 figure was one unseeded sample a prompt). The
+rates are the programs' own (decode seconds, prompt processing excluded), as ours exclude the
+prefill.
 """
 
 from __future__ import annotations
@@ -56,6 +59,16 @@ def parse_args(argv=None):
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--temp", type=float, default=0.0)
+    ap.add_argument(
+        "--repeats", type=int, default=1, help="samples per prompt of each speculative mode (plain decoding: one)"
+    )
+    ap.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="sample r of prompt i runs with seed + r + 1009 i (peers.py's per-prompt seeds); llama.cpp's own "
+        "default would draw a random seed each run",
+    )
     ap.add_argument("--work", default=None, help="where the assembled GGUFs go (default: a temporary folder)")
     ap.add_argument("--json", default=None)
     return ap.parse_args(argv)
@@ -94,7 +107,15 @@ def plain_rate(bin_dir: Path, model: Path, depth: int, n: int, threads: int) -> 
 
 
 def spec_rate(
-    bin_dir: Path, target: Path, draft: Path, prompt_file: Path, mode: str, n: int, threads: int, temp: float
+    bin_dir: Path,
+    target: Path,
+    draft: Path,
+    prompt_file: Path,
+    mode: str,
+    n: int,
+    threads: int,
+    temp: float,
+    seed: int = 0,
 ) -> dict:
     kind, *rest = mode.split(":")
     cmd = [
@@ -109,6 +130,8 @@ def spec_rate(
         str(threads),
         "--temp",
         str(temp),
+        "--seed",
+        str(seed),
         "--ignore-eos",
         "--spec-type",
         kind,
@@ -141,20 +164,34 @@ def main(argv=None) -> None:
     # the tokenizer only, from the assembled GGUF (the one the model cache saves), not the 3 GB model
     tok = AutoTokenizer.from_pretrained(str(tgt_gguf.parent), gguf_file=tgt_gguf.name)
     rows = []
-    for q in pick_prompts(load_prompt_set(args.data, split=args.split)[args.first_prompt :: args.stride], args.prompts):
+    picked = pick_prompts(load_prompt_set(args.data, split=args.split)[args.first_prompt :: args.stride], args.prompts)
+    for k, q in enumerate(picked):
         i = q.question_id
         ids = encode_prompt(tok, q.turns[:1])
         prompt_file = work / f"prompt-{i}.txt"
         prompt_file.write_text(tok.decode(ids, skip_special_tokens=False))
-        for mode in args.modes.split(","):
-            if mode == "plain":
-                r = plain_rate(bin_dir, tgt_gguf, len(ids), args.max_new_tokens, args.threads)
-            else:
-                r = spec_rate(
-                    bin_dir, tgt_gguf, draft_gguf, prompt_file, mode, args.max_new_tokens, args.threads, args.temp
-                )
-            rows.append({"problem": i, "mode": mode, "prompt_tokens": len(ids), **r})
-            print(json.dumps(rows[-1]), flush=True)
+        for rep in range(args.repeats):
+            seed = args.seed + rep + 1009 * k
+            for mode in args.modes.split(","):
+                if mode == "plain":
+                    if rep:
+                        continue
+                    r = plain_rate(bin_dir, tgt_gguf, len(ids), args.max_new_tokens, args.threads)
+                else:
+                    r = spec_rate(
+                        bin_dir,
+                        tgt_gguf,
+                        draft_gguf,
+                        prompt_file,
+                        mode,
+                        args.max_new_tokens,
+                        args.threads,
+                        args.temp,
+                        seed,
+                    )
+                    r["repeat"], r["seed"] = rep, seed
+                rows.append({"problem": i, "mode": mode, "prompt_tokens": len(ids), **r})
+                print(json.dumps(rows[-1]), flush=True)
     summary = {}
     for mode in args.modes.split(","):
         rates = [r["tokens_per_s"] for r in rows if r["mode"] == mode]
