@@ -455,6 +455,21 @@ static inline __attribute__((always_inline)) void q4_cols_rows(const q4_col *w, 
     }
 }
 
+/* a q6 panel block's float step for R rows, from their integer sums iacc (both q6 loops: the same operations) */
+static inline __attribute__((always_inline)) void q6_block_tail(const q6_col *p, const __m512i *iacc, const float *xd,
+                                                                 const int16_t *xs, int64_t r0, int R, int64_t nb,
+                                                                 int64_t b, __m512 *facc) {
+    const __m512 dv = _mm512_loadu_ps(p->d);
+    for (int r = 0; r < R; r++) {
+        const int64_t o = (r0 + r) * nb + b;
+        const int32_t *pairs = (const int32_t *)(xs + o * 16); /* 16-group sums 2q, 2q + 1 as one int32 */
+        __m512i off = _mm512_setzero_si512();
+        for (int q = 0; q < 8; q++) off = dot_pairs(off, _mm512_loadu_si512(p->scp[q]), pairs[q]);
+        const __m512i sumi = _mm512_sub_epi32(iacc[r], _mm512_slli_epi32(off, 5));
+        facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(dv, _mm512_set1_ps(xd[o])), facc[r]);
+    }
+}
+
 static inline __attribute__((always_inline)) void q6_cols_rows(const q6_col *w, int64_t nb, const float *xd,
                                                                 const int8_t *xq, const int16_t *xs, int64_t r0,
                                                                 int R, __m512 *facc) {
@@ -478,15 +493,7 @@ static inline __attribute__((always_inline)) void q6_cols_rows(const q6_col *w, 
             const __m512i scv = _mm512_loadu_si512(p->sc[g]);
             for (int r = 0; r < R; r++) iacc[r] = _mm512_add_epi32(iacc[r], _mm512_mullo_epi32(t[r], scv));
         }
-        const __m512 dv = _mm512_loadu_ps(p->d);
-        for (int r = 0; r < R; r++) {
-            const int64_t o = (r0 + r) * nb + b;
-            const int32_t *pairs = (const int32_t *)(xs + o * 16); /* 16-group sums 2q, 2q + 1 as one int32 */
-            __m512i off = _mm512_setzero_si512();
-            for (int q = 0; q < 8; q++) off = dot_pairs(off, _mm512_loadu_si512(p->scp[q]), pairs[q]);
-            const __m512i sumi = _mm512_sub_epi32(iacc[r], _mm512_slli_epi32(off, 5));
-            facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(dv, _mm512_set1_ps(xd[o])), facc[r]);
-        }
+        q6_block_tail(p, iacc, xd, xs, r0, R, nb, b, facc);
     }
 }
 
@@ -571,15 +578,7 @@ static void q6_amx_rows(const q6_col *w, int64_t nb, const float *xd, const int8
                     iacc[r] = _mm512_add_epi32(iacc[r], _mm512_mullo_epi32(_mm512_load_si512(ct[i][r]), scv));
             }
         }
-        const __m512 dv = _mm512_loadu_ps(p->d);
-        for (int r = 0; r < R; r++) {
-            const int64_t o = (r0 + r) * nb + b;
-            const int32_t *pairs = (const int32_t *)(xs + o * 16); /* 16-group sums 2q, 2q + 1 as one int32 */
-            __m512i off = _mm512_setzero_si512();
-            for (int q = 0; q < 8; q++) off = dot_pairs(off, _mm512_loadu_si512(p->scp[q]), pairs[q]);
-            const __m512i sumi = _mm512_sub_epi32(iacc[r], _mm512_slli_epi32(off, 5));
-            facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(dv, _mm512_set1_ps(xd[o])), facc[r]);
-        }
+        q6_block_tail(p, iacc, xd, xs, r0, R, nb, b, facc);
     }
 }
 
@@ -590,6 +589,16 @@ static void q6_amx_rows(const q6_col *w, int64_t nb, const float *xd, const int8
  * chunk of 16 rows, so the loop over rows is inside; each row's float sum runs over blocks in order in
  * facc (n x 16 floats), as the other loops'. The tiles always take 16 rows: past n they read the padding
  * qk_linear leaves after the activations (AR rows), and those rows' sums are never used. */
+/* 64 columns (t: 0-3) of the block: the rows' int8 in tile A, the folded codes' hi and lo halves in tiles H and L */
+#define FOLDED_STEP(A, H, L, t)                                                                                 \
+    do {                                                                                                      \
+        _tile_loadd(A, x + 64 * (t), ld);                                                                     \
+        _tile_loadd(H, bh[16 * (t)], 64);                                                                     \
+        _tile_loadd(L, bl[16 * (t)], 64);                                                                     \
+        _tile_dpbsud(0, A, H);                                                                                \
+        _tile_dpbsud(1, A, L);                                                                                \
+    } while (0)
+
 static void q4_amx_folded(const q4_col *w, int64_t nb, const float *xd, const int8_t *xq, const int32_t *mp,
                           int64_t n, float *facc) {
     const __m512i nib = _mm512_set1_epi8(0x0F), seven = _mm512_set1_epi16(7);
@@ -620,26 +629,10 @@ static void q4_amx_folded(const q4_col *w, int64_t nb, const float *xd, const in
             const int8_t *x = xq + (r0 * nb + b) * QK;
             _tile_zero(0);
             _tile_zero(1);
-            _tile_loadd(2, x, ld);
-            _tile_loadd(3, bh[0], 64);
-            _tile_loadd(4, bl[0], 64);
-            _tile_dpbsud(0, 2, 3);
-            _tile_dpbsud(1, 2, 4);
-            _tile_loadd(5, x + 64, ld);
-            _tile_loadd(6, bh[16], 64);
-            _tile_loadd(7, bl[16], 64);
-            _tile_dpbsud(0, 5, 6);
-            _tile_dpbsud(1, 5, 7);
-            _tile_loadd(2, x + 128, ld);
-            _tile_loadd(3, bh[32], 64);
-            _tile_loadd(4, bl[32], 64);
-            _tile_dpbsud(0, 2, 3);
-            _tile_dpbsud(1, 2, 4);
-            _tile_loadd(5, x + 192, ld);
-            _tile_loadd(6, bh[48], 64);
-            _tile_loadd(7, bl[48], 64);
-            _tile_dpbsud(0, 5, 6);
-            _tile_dpbsud(1, 5, 7);
+            FOLDED_STEP(2, 3, 4, 0); /* columns 0-63 of the block */
+            FOLDED_STEP(5, 6, 7, 1);
+            FOLDED_STEP(2, 3, 4, 2);
+            FOLDED_STEP(5, 6, 7, 3);
             _tile_stored(0, ch, 64);
             _tile_stored(1, cl, 64);
             for (int r = 0; r < R; r++) {
