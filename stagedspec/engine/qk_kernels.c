@@ -393,17 +393,26 @@ static inline __m512i dot_pairs(__m512i acc, __m512i w, int32_t x2) {
 }
 
 /* a q4 panel's min terms take, per activation row and block, the sums of 32-groups 2q and 2q + 1 as one int32
- * pair (q < 4): made once per product, not once per panel */
-static int32_t *q4_min_pairs(const int16_t *xs, int64_t rows_blocks) {
-    int32_t *mp = malloc((size_t)rows_blocks * 4 * sizeof(int32_t));
-    if (!mp) return NULL;
+ * pair (q < 4) in mp[4 o + q]: made once per set of activations (qk_linear), not once per panel or segment */
+static void q4_min_pairs(const int16_t *xs, int64_t rows_blocks, int32_t *mp) {
     for (int64_t o = 0; o < rows_blocks; o++)
         for (int q = 0; q < 4; q++) {
             const int16_t *bs = xs + o * 16;
             const int16_t b0 = (int16_t)(bs[4 * q] + bs[4 * q + 1]), b1 = (int16_t)(bs[4 * q + 2] + bs[4 * q + 3]);
             mp[o * 4 + q] = (int32_t)(uint16_t)b0 | ((int32_t)b1 << 16);
         }
-    return mp;
+}
+
+/* a q4 panel block's float step for one activation row o, from its integer sums iacc (the VNNI and the AMX
+ * loops: the same operations, so the same bits) */
+static inline __attribute__((always_inline)) __m512 q4_row_step(const q4_col *p, __m512i iacc, const int32_t *mp,
+                                                                  const float *xd, int64_t o, __m512 dv, __m512 ndv,
+                                                                  __m512 acc) {
+    __m512i macc = _mm512_setzero_si512();
+    for (int q = 0; q < 4; q++) macc = dot_pairs(macc, _mm512_loadu_si512(p->m[q]), mp[o * 4 + q]);
+    const __m512 dx = _mm512_set1_ps(xd[o]);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc), _mm512_mul_ps(dv, dx), acc);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(macc), _mm512_mul_ps(ndv, dx), acc);
 }
 
 #define RB 8 /* activation rows per pass over a panel */
@@ -444,14 +453,7 @@ static inline __attribute__((always_inline)) void q4_cols_rows(const q4_col *w, 
             for (int r = 0; r < R; r++) iacc[r] = _mm512_add_epi32(iacc[r], _mm512_mullo_epi32(t[r], scv));
         }
         const __m512 dv = _mm512_loadu_ps(p->d), ndv = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_loadu_ps(p->dmin));
-        for (int r = 0; r < R; r++) {
-            const int64_t o = (r0 + r) * nb + b;
-            __m512i macc = _mm512_setzero_si512();
-            for (int q = 0; q < 4; q++) macc = dot_pairs(macc, _mm512_loadu_si512(p->m[q]), mp[o * 4 + q]);
-            const __m512 dx = _mm512_set1_ps(xd[o]);
-            facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[r]), _mm512_mul_ps(dv, dx), facc[r]);
-            facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(macc), _mm512_mul_ps(ndv, dx), facc[r]);
-        }
+        for (int r = 0; r < R; r++) facc[r] = q4_row_step(p, iacc[r], mp, xd, (r0 + r) * nb + b, dv, ndv, facc[r]);
     }
 }
 
@@ -522,26 +524,27 @@ int qk_amx(int want) {
     return amx_on;
 }
 
-/* the q6 loop's tiles: tmm0-3: C (R x 16 int32), tmm4, 5: A (R rows x acols bytes), tmm6, 7: B (brows x 64) */
-static void amx_config(int R, int acols, int brows) {
+/* the q6 loop's tiles for R rows: tmm0-3: C (R x 16 int32), tmm4, 5: A (R rows x a group's 16 bytes),
+ * tmm6, 7: B (a group's 4 rows of 64 bytes) */
+static void amx_config_q6(int R) {
     tile_cfg c;
     memset(&c, 0, sizeof c);
     c.palette = 1;
     for (int t = 0; t < 4; t++) c.rows[t] = (uint8_t)R, c.colsb[t] = 64;
-    for (int t = 4; t < 6; t++) c.rows[t] = (uint8_t)R, c.colsb[t] = (uint16_t)acols;
-    for (int t = 6; t < 8; t++) c.rows[t] = (uint8_t)brows, c.colsb[t] = 64;
+    for (int t = 4; t < 6; t++) c.rows[t] = (uint8_t)R, c.colsb[t] = 16;
+    for (int t = 6; t < 8; t++) c.rows[t] = 4, c.colsb[t] = 64;
     _tile_loadconfig(&c);
 }
 
 #define AR 16 /* activation rows per tile */
 
-/* the folded q4 loop's tiles: tmm0, 1: C (R x 16 int32); tmm2, 5: A (R x 64 bytes); tmm3, 4, 6, 7: B (16 x 64);
+/* the folded q4 loop's tiles, all 16 rows x 64 bytes: tmm0, 1: C (16 x 16 int32); tmm2, 5: A; tmm3, 4, 6, 7: B;
  * two A / B sets, so a product's loads need not wait for the last product (tiles are not renamed) */
-static void amx_config_folded(int R) {
+static void amx_config_q4(void) {
     tile_cfg c;
     memset(&c, 0, sizeof c);
     c.palette = 1;
-    for (int t = 0; t < 8; t++) c.rows[t] = (uint8_t)(t == 0 || t == 1 || t == 2 || t == 5 ? R : 16), c.colsb[t] = 64;
+    for (int t = 0; t < 8; t++) c.rows[t] = AR, c.colsb[t] = 64;
     _tile_loadconfig(&c);
 }
 
@@ -636,17 +639,10 @@ static void q4_amx_folded(const q4_col *w, int64_t nb, const float *xd, const in
             _tile_stored(0, ch, 64);
             _tile_stored(1, cl, 64);
             for (int r = 0; r < R; r++) {
-                const int64_t o = (r0 + r) * nb + b;
                 const __m512i iacc =
                     _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(ch[r]), 3), _mm512_load_si512(cl[r]));
-                __m512i macc = _mm512_setzero_si512();
-                for (int q = 0; q < 4; q++) macc = dot_pairs(macc, _mm512_loadu_si512(p->m[q]), mp[o * 4 + q]);
-                const __m512 dx = _mm512_set1_ps(xd[o]);
                 float *f = facc + 16 * (r0 + r);
-                __m512 acc = _mm512_load_ps(f);
-                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc), _mm512_mul_ps(dv, dx), acc);
-                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(macc), _mm512_mul_ps(ndv, dx), acc);
-                _mm512_store_ps(f, acc);
+                _mm512_store_ps(f, q4_row_step(p, iacc, mp, xd, (r0 + r) * nb + b, dv, ndv, _mm512_load_ps(f)));
             }
         }
     }
@@ -661,7 +657,7 @@ static int gemm_amx(int kind, const void *w, int64_t N, int64_t K, const float *
         {
             float *facc = aligned_alloc(64, (size_t)n * 16 * sizeof(float));
             if (!facc) fail = 1;
-            else amx_config_folded(AR);
+            else amx_config_q4();
 #pragma omp for schedule(static)
             for (int64_t pj = 0; pj < panels; pj++) {
                 if (!facc) continue;
@@ -686,7 +682,7 @@ static int gemm_amx(int kind, const void *w, int64_t N, int64_t K, const float *
             const __mmask16 mask = (__mmask16)((1u << jn) - 1);
             for (int64_t r0 = 0; r0 < n; r0 += AR) {
                 const int R = (int)(n - r0 < AR ? n - r0 : AR);
-                if (R != cfg) amx_config(R, 16, 4), cfg = R;
+                if (R != cfg) amx_config_q6(R), cfg = R;
                 q6_amx_rows((const q6_col *)w + pj * nb, nb, xd, xq, xs, r0, R, facc);
                 for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(y + (r0 + r) * ldy + 16 * pj, mask, facc[r]);
             }
@@ -697,18 +693,13 @@ static int gemm_amx(int kind, const void *w, int64_t N, int64_t K, const float *
 }
 #endif
 
-/* y[r, j] (row stride ldy) for all n rows, from the panels (qk_cols_*); 1 if out of memory, else 0. */
-int qk_gemm_cols(int kind, const void *w, int64_t N, int64_t K, const float *xd, const int8_t *xq, const int16_t *xs,
-                 int64_t n, float *y, int64_t ldy, int threads) {
+/* y[r, j] (row stride ldy) for all n rows, from the panels (qk_cols_*); mp: q4_min_pairs of the activations
+ * (q4 panels); 1 if out of memory, else 0. */
+static int gemm_cols(int kind, const void *w, int64_t N, int64_t K, const float *xd, const int8_t *xq,
+                     const int16_t *xs, const int32_t *mp, int64_t n, float *y, int64_t ldy, int threads) {
     const int64_t nb = K / QK, panels = (N + 15) / 16;
-    int32_t *mp = NULL;
-    if (kind == 4 && !(mp = q4_min_pairs(xs, n * nb))) return 1;
 #if QK_AMX
-    if (amx_on) {
-        const int fail = gemm_amx(kind, w, N, K, xd, xq, xs, mp, n, y, ldy, threads);
-        free(mp);
-        return fail;
-    }
+    if (amx_on) return gemm_amx(kind, w, N, K, xd, xq, xs, mp, n, y, ldy, threads);
 #endif
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t pj = 0; pj < panels; pj++) {
@@ -727,7 +718,6 @@ int qk_gemm_cols(int kind, const void *w, int64_t N, int64_t K, const float *xd,
             for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(y + (r0 + r) * ldy + 16 * pj, mask, facc[r]);
         }
     }
-    free(mp);
     return 0;
 }
 #endif
@@ -821,8 +811,8 @@ void qk_gemm(int kind, const void *w, int64_t N, int64_t K, const float *xd, con
  * to nearest even, as torch's .to(bfloat16)) with the bias then added as torch adds two bfloat16
  * tensors (in float32, rounded again): the same bits as the product, .to(dtype) and + bias in torch.
  * The scratch buffers grow as needed and are kept (one caller at a time: the Python side's lock). */
-static void *scratch[10];
-static size_t scratch_size[10];
+static void *scratch[11];
+static size_t scratch_size[11];
 
 static void *grow(int i, size_t bytes) {
     if (scratch_size[i] < bytes) {
@@ -870,10 +860,18 @@ int qk_linear(const void *x, int x_bf16, int64_t n, int64_t K, int64_t Kp, int n
     float *yf = y_bf16 ? grow(4, (size_t)n * N * 4) : (float *)y;
     if (!xd || !xq || !xs || !yf) return 1;
     qk_quantize(xf, n, Kp, xd, xq, xs, threads);
+#if QK_AVX512
+    int32_t *mp = NULL; /* the q4 cols panels' min-term pairs, once for all segments */
+    for (int s = 0; s < nseg && cols && !mp; s++)
+        if (kinds[s] == 4) {
+            if (!(mp = grow(10, (size_t)n * nb * 4 * sizeof(int32_t)))) return 1;
+            q4_min_pairs(xs, n * nb, mp);
+        }
+#endif
     for (int s = 0; s < nseg; s++) {
 #if QK_AVX512
         if (cols) {
-            if (qk_gemm_cols(kinds[s], ws[s], rows[s], Kp, xd, xq, xs, n, yf + starts[s], N, threads)) return 1;
+            if (gemm_cols(kinds[s], ws[s], rows[s], Kp, xd, xq, xs, mp, n, yf + starts[s], N, threads)) return 1;
             continue;
         }
 #endif

@@ -144,7 +144,6 @@ def library(scalar: bool = False) -> ctypes.CDLL:
     if lib.qk_simd():
         lib.qk_cols_q4.argtypes = [P, I, I, P]
         lib.qk_cols_q6.argtypes = [P, I, I, P]
-        lib.qk_gemm_cols.argtypes = [C, P, I, I, P, P, P, I, P, I, C]
     assert lib.qk_q4_block_bytes() == Q4_BLOCK_BYTES
     assert lib.qk_layer_struct_bytes() == ctypes.sizeof(_Layer)
     lib.qk_amx.argtypes = [C]
@@ -160,11 +159,15 @@ def library(scalar: bool = False) -> ctypes.CDLL:
 
 def _build(scalar: bool) -> Path | None:
     """The library for this source and these flags (compiled at the first call); None where a
-    build with AMX flags failed (the caller retries without them); raises on any other failure."""
+    build with AMX flags failed, now or in an earlier process (the caller retries without them);
+    raises on any other failure."""
     flags = build_flags(scalar)
     out = _cache_dir() / f"qk_kernels-{build_tag(scalar)}.so"
+    refused = out.with_suffix(".no-amx")  # this compiler refused these AMX flags once: no second try a process
     if out.is_file():
         return out
+    if refused.is_file():
+        return None
     cc = _compiler()
     if cc is None:
         raise KernelBuildError(
@@ -180,6 +183,7 @@ def _build(scalar: bool) -> Path | None:
         Path(tmp).unlink(missing_ok=True)
         if any(f in flags for f in _AMX_FLAGS):
             log.info("%s refused the AMX build (%s); building without AMX", cc, r.stderr.strip()[-300:])
+            refused.write_text(r.stderr[-2000:])
             return None
         raise KernelBuildError(f"building {SOURCE.name} failed ({' '.join(cmd)}):\n{r.stderr[-2000:]}")
     os.replace(tmp, out)
