@@ -96,6 +96,13 @@ def step_ms(curve: dict, weights: str, rows: int) -> float:
     return statistics.median(curve["ms"][weights][str(rows)])
 
 
+def _variant(curve: dict, plan: str, label: str) -> str:
+    """`` (label: T(1) / T(4) / T(16))`` of a variant plan of the step curve, or nothing where the curve lacks it."""
+    if plan not in curve["ms"]:
+        return ""
+    return f" ({label}: " + " / ".join(f"{step_ms(curve, plan, n):.0f}" for n in (1, 4, 16)) + ")"
+
+
 def _x(a: float, b: float) -> str:
     return f"{a / b:.2f}x"
 
@@ -161,18 +168,8 @@ def render_results(root: Path = ROOT) -> str:
         f"- One forward ([step curve]({SOURCES['step_curve'].replace('.json', '.md')}), medians), T(1) / T(4) / T(16): "
         f"llama.cpp {t['llama_cpp', 1]:.0f} / {t['llama_cpp', 4]:.0f} / {t['llama_cpp', 16]:.0f} ms, native "
         f"{t['gguf_native', 1]:.0f} / {t['gguf_native', 4]:.0f} / {t['gguf_native', 16]:.0f}"
-        + (
-            f" (its decoder layers in torch, `native_layers=False`: {step_ms(curve, TORCH_LAYERS, 1):.0f} / "
-            f"{step_ms(curve, TORCH_LAYERS, 4):.0f} / {step_ms(curve, TORCH_LAYERS, 16):.0f})"
-            if TORCH_LAYERS in curve["ms"]
-            else ""
-        )
-        + (
-            f" (its cols loop on VNNI instead of AMX tiles: {step_ms(curve, VNNI, 1):.0f} / "
-            f"{step_ms(curve, VNNI, 4):.0f} / {step_ms(curve, VNNI, 16):.0f})"
-            if VNNI in curve["ms"]
-            else ""
-        )
+        + _variant(curve, TORCH_LAYERS, "its decoder layers in torch, `native_layers=False`")
+        + _variant(curve, VNNI, "its cols loop on VNNI instead of AMX tiles")
         + f", 4-bit {t['gguf_q4', 1]:.0f} / {t['gguf_q4', 4]:.0f} / {t['gguf_q4', 16]:.0f}.",
         f"- The staged default: {staged}; llama.cpp's best is `{cpp_best_mode}` ({cpp[cpp_best_mode]:.1f}).",
         render_native_sets(root),

@@ -75,6 +75,8 @@ def main(argv=None) -> None:
     ap.add_argument("--amx-ab", action="store_true", help="with --native: also the native plan on VNNI, not AMX tiles")
     ap.add_argument("--out", default=None, help="write the markdown table here (and the JSON beside it)")
     args = ap.parse_args(argv)
+    if args.amx_ab and not args.native:
+        ap.error("--amx-ab compares the native plan's two loops: give --native too")
     torch.set_num_threads(args.threads)
     rows = [int(n) for n in args.rows.split(",")]
     target = load_model(ModelSpec(source="embedded", embedded=args.target, dtype="bfloat16", weights="gguf_q4"))
