@@ -117,6 +117,8 @@ def config_hash(args, files: dict[str, Path], methods: list[str] | None = None) 
     d = {k: getattr(args, k, None) for k in HASHED}
     if getattr(args, "split", "all") != "all":  # all: the prompts of before splits, the same hash
         d["split"] = args.split
+    if not getattr(args, "fresh_drafters", True):  # kept drafters (2026-12-07): not resumed from fresh ones
+        d["kept_drafters"] = True
     d["files"] = {
         k: [str(p), p.stat().st_size, p.stat().st_mtime_ns] if p.is_file() else None for k, p in files.items()
     }
@@ -267,6 +269,13 @@ def parse_args(argv=None):
         help="with --draft: our hierarchies (see parse_ours)",
     )
     ap.add_argument(
+        "--fresh-drafters",
+        action="store_true",
+        help="a fresh drafter of ours for every prompt (before 2026-12-07): each prompt routed from the "
+        "priors; default: one drafter per method through the run, as the runner's jobs keep theirs (a "
+        "router's statistics carry over from prompt to prompt; a resumed run starts them afresh)",
+    )
+    ap.add_argument(
         "--assistant-tokens",
         default="8",
         help="with --draft: HF assisted generation also with a constant schedule of these many tokens, "
@@ -357,7 +366,7 @@ def main(argv=None) -> None:
     methods = {
         **hf,
         **{
-            m + suffix: ours_fn(model, make, sampling, eos, p, kv=kv)
+            m + suffix: ours_fn(model, make, sampling, eos, p, kv=kv, keep=not args.fresh_drafters)
             for m, make in ours.items()
             for suffix, (model, p, kv) in backends.items()
         },

@@ -61,7 +61,10 @@ seeded sampled run no longer routes, and so samples, the same way twice.
 
 ``lazy_lower=True`` gives the level below the prompt only when a round first goes below (that
 round's contexts, before its draft is timed): where copies and plain steps carry a whole answer, the
-small model's prefill is never paid.
+small model's prefill is never paid. The router leaves that prefill out of the first round's price;
+``first_look`` (timed) instead keeps the first rounds off the level below until that many plain
+steps were taken: an answer that opens with a few new tokens and then restates its prompt (a code
+answer's fence, then the signature) is copied from there on, and the small model never runs.
 
 Batch: the level below drafts for every row or none (its caches hold every row), so when
 some row has no long match, the rows that have one still take their copy and the level
@@ -124,6 +127,11 @@ class RoutePrices:
     explore: float = 16
     """``timed``: a round that would draft nothing goes below anyway when this many rounds less one
     drafted nothing since the level below last drafted (rounds of copies do not count; 0: never)."""
+    first_look: float = 6
+    """``timed`` with ``lazy_lower``: before the level below has the prompt, a round goes below only
+    once this many rounds drafted nothing (plain steps; rounds of copies do not count); until then a
+    round copies or takes a plain step. The first round below pays the level's prefill, which its
+    price leaves out (0: priced as any round)."""
 
 
 MATCH_BUCKETS = 8
@@ -360,6 +368,8 @@ class BypassDrafter(Drafter):
         no draft."""
         below = self.lower.max_depth if self.lower is not None else 0
         lower_rate = self._stats.lower_rate(below) if self.lower is not None else 0.0
+        if self.timed and self._lower_waits and self._since_lower < self._stats.prices.first_look:
+            lower_rate = -1.0  # first_look: not yet worth the level below's prefill
         plain = self.timed and max(lower_rate, 0.0) < self._stats.plain_rate()
         if plain and self.lower is not None and self._since_lower + 1 >= self._stats.prices.explore > 0:
             plain = False  # explore: try the level below again

@@ -189,7 +189,7 @@ class BypassLevel:
     (``drafters/bypass.py``)."""
     prices: Any = None
     """With route=priced or timed: ``RoutePrices`` fields to change (row_cost, draft_cost,
-    prior_weight, prior_accepted, copy_weight, explore); None: its defaults."""
+    prior_weight, prior_accepted, copy_weight, explore, first_look); None: its defaults."""
     cost_curve: bool = False
     """With route=priced: cost a verification of n rows at the target's calibrated T(n) / T(1)
     (``KernelChoice.step_curve``, handed over by the job) instead of ``1 + row_cost * n``."""

@@ -47,15 +47,21 @@ def hf_generate(
     return new if stop is None else new[: stop + 1]
 
 
-def ours_fn(target, make, sampling, eos, plan, kv=None) -> RunFn:
-    """One of our methods: a fresh drafter from ``make`` each run, its curve-priced routers on
-    ``plan``'s cost curve where it has one (``peers.py``: the native target's its own; llama.cpp's
-    forward has no calibrated curve, so a router there prices on the torch plan's shape, scaled by
-    its measured seconds when timed); ``kv``: the target's cache if not its torch model's (``LlamaCppKV``)."""
+def ours_fn(target, make, sampling, eos, plan, kv=None, keep: bool = True) -> RunFn:
+    """One of our methods: a drafter from ``make``, its curve-priced routers on ``plan``'s cost
+    curve where it has one (``peers.py``: the native target's its own; llama.cpp's forward has no
+    calibrated curve, so a router there prices on the torch plan's shape, scaled by its measured
+    seconds when timed); ``kv``: the target's cache if not its torch model's (``LlamaCppKV``).
+    ``keep``: one drafter serves every run, as in the runner's jobs and a server (a router's
+    statistics carry over from prompt to prompt; each run still resets the caches); False: a fresh
+    drafter each run, every prompt routed from the priors."""
+    kept = []
 
     def run(prompts, n, seed):
-        drafter = make()
-        price_by_curve(drafter, plan.step_curve)
+        if not (keep and kept):
+            kept[:] = [make()]
+            price_by_curve(kept[0], plan.step_curve)
+        drafter = kept[0]
         res = SpeculativeDecoder(target.model, drafter, replace(sampling, seed=seed), eos, plan=plan, kv=kv).generate(
             prompts, n
         )

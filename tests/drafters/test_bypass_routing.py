@@ -322,6 +322,40 @@ def test_the_timed_router_drafts_nothing_when_no_draft_pays_and_explores_below()
         BypassDrafter(BelowOne(), k=3, timed=True)
 
 
+def test_first_look_keeps_a_lazy_level_below_off_until_that_many_plain_steps():
+    """Below priced (4 + 1) / (1.2 + 0.5 * 5) = 1.35 over a plain step's 1 / 1.1 = 0.91: without
+    ``first_look`` the first round with no match goes below (its prefill unpriced); with
+    ``first_look=2`` the first two such rounds take plain steps, a 1-token match's copy (0.5 + 1 / 3
+    + 1) / 1.3 = 1.41 still goes out and does not count, and the third plain-priced round goes
+    below (prefill first). Once the level below has the prompt, or in a new job's first rounds with
+    an eager level below, the price alone decides."""
+    prices = RoutePrices(
+        row_cost=0.1, draft_cost=0.5, prior_weight=1.0, prior_accepted=4.0, copy_weight=1.0, first_look=0
+    )
+    looking = RoutePrices(**{**prices.__dict__, "first_look": 2})
+    none, match = [[1, 2, 3]], [[5, 6, 5]]
+    at_once, waits = _Prefilled(), _Prefilled()
+    d0 = BypassDrafter(at_once, k=3, prices=prices, timed=True, lazy_lower=True)
+    d2 = BypassDrafter(waits, k=3, prices=looking, timed=True, lazy_lower=True)
+    for d in (d0, d2):
+        d.reset(1)
+        d.prefill(none)
+    assert _tokens(d0.propose(none)[0]) == [99] and len(at_once.prefills) == 1
+    routes = []
+    for ctx in (none, match, none, none, none):
+        routes.append(_tokens(d2.propose(ctx)[0]))
+        d2.feedback([0])
+    assert routes == [[], [6, 5], [], [99], [99]] and waits.calls == 2 and len(waits.prefills) == 1
+    assert d2.decisions == {"copy": 1, "lower": 2, "plain": 2}
+    d2.reset(1)  # a new job: the level below waits for its prompt again, the clock from zero
+    d2.prefill(none)
+    assert _tokens(d2.propose(none)[0]) == [] and waits.calls == 2
+    eager = BypassDrafter(_Prefilled(), k=3, prices=looking, timed=True)
+    eager.reset(1)
+    eager.prefill(none)
+    assert _tokens(eager.propose(none)[0]) == [99]
+
+
 def _timed_router(lower, explore: int = 3, row_cost: float = 0.02, lazy_lower: bool = False):
     """Priors that make the level below too dear (a 1000-round prior), so plain steps, copies on
     matches and, after ``explore`` - 1 rounds without it, the level below all happen (a dear row,

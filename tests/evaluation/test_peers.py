@@ -180,6 +180,32 @@ def test_sampled_runs_draw_from_the_seed_they_are_given():
         assert fn(p, 16, 4)["outputs"] != a, name
 
 
+def test_our_methods_keep_one_drafter_through_a_run_unless_fresh_ones_are_asked_for():
+    """``ours_fn`` builds its drafter at the first run and keeps it (the runner's way: a router's
+    statistics carry over), or builds one every run with ``keep=False``; outputs equal plain greedy
+    either way, the kept drafter across batch sizes too."""
+    from stagedspec.drafters import KatzNgramDrafter
+    from stagedspec.engine.sampling import SamplingConfig
+    from tests.helpers import tiny_target
+
+    target = tiny_target()
+    made = []
+
+    def make():
+        made.append(KatzNgramDrafter(target.vocab_size, k=3))
+        return made[-1]
+
+    kept = bench_methods.ours_fn(target, make, SamplingConfig(), [], peers_plan())
+    fresh = bench_methods.ours_fn(target, make, SamplingConfig(), [], peers_plan(), keep=False)
+    plain = bench_methods.ours_fn(target, lambda: None, SamplingConfig(), [], peers_plan())
+    prompts = [[5, 6, 7, 8, 5, 6, 7], [9, 10, 11, 9, 10]]
+    want = plain(prompts, 8, 0)["outputs"]
+    assert kept(prompts, 8, 0)["outputs"] == want and kept(prompts[:1], 8, 0)["outputs"] == want[:1]
+    assert len(made) == 1
+    assert fresh(prompts, 8, 0)["outputs"] == want and fresh(prompts, 8, 0)["outputs"] == want
+    assert len(made) == 3 and len({id(d) for d in made}) == 3
+
+
 def test_more_repeats_resume_the_same_measurements(tmp_path):
     path = tmp_path / "m.jsonl"
     run(path, repeats=1)
