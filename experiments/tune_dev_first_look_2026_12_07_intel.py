@@ -3,6 +3,8 @@ level stands for the timed router with ``first_look`` = A and ``route:K`` for it
 (``--looks A,B``), beside ``timed:K`` (the default), interleaved in one run.
 
     python experiments/tune_dev_first_look_2026_12_07_intel.py --looks 3,6 <peers.py arguments>
+
+(``experiments/tune_dev_first_look_2026_12_07_intel.sh`` lists the dev runs.)
 """
 
 from __future__ import annotations
