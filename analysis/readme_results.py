@@ -30,10 +30,10 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
 SOURCES = {
-    "peers": "docs/peers/v22-intel-humaneval-t0/results.json",
-    "llama_cpp": "docs/peers/v22-intel-llama-cpp-humaneval-t0.json",
-    "peers_mtbench": "docs/peers/v22-intel-mtbench-t0/results.json",
-    "peers_t07": "docs/peers/v22-intel-humaneval-t07/results.json",
+    "peers": "docs/peers/v23-intel-humaneval-t0/results.json",
+    "llama_cpp": "docs/peers/v23-intel-llama-cpp-humaneval-t0.json",
+    "peers_mtbench": "docs/peers/v23-intel-mtbench-t0/results.json",
+    "peers_t07": "docs/peers/v23-intel-humaneval-t07/results.json",
     "step_curve": "docs/bench/step-curve-2026-12-07-intel-v22.json",
     "main_command": "docs/main-command/2026-12-07-intel-v22",
     "paper": "docs/paper/2026-12-06",
