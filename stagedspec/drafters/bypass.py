@@ -367,9 +367,10 @@ class BypassDrafter(Drafter):
         below's draft (and, timed, above a plain step), [] for the level below, None (timed) for
         no draft."""
         below = self.lower.max_depth if self.lower is not None else 0
-        lower_rate = self._stats.lower_rate(below) if self.lower is not None else 0.0
         if self.timed and self._lower_waits and self._since_lower < self._stats.prices.first_look:
             lower_rate = -1.0  # first_look: not yet worth the level below's prefill
+        else:
+            lower_rate = self._stats.lower_rate(below) if self.lower is not None else 0.0
         plain = self.timed and max(lower_rate, 0.0) < self._stats.plain_rate()
         if plain and self.lower is not None and self._since_lower + 1 >= self._stats.prices.explore > 0:
             plain = False  # explore: try the level below again

@@ -3,6 +3,8 @@ the round after a missed copy to the level below."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from stagedspec.drafters import BypassDrafter
@@ -332,7 +334,7 @@ def test_first_look_keeps_a_lazy_level_below_off_until_that_many_plain_steps():
     prices = RoutePrices(
         row_cost=0.1, draft_cost=0.5, prior_weight=1.0, prior_accepted=4.0, copy_weight=1.0, first_look=0
     )
-    looking = RoutePrices(**{**prices.__dict__, "first_look": 2})
+    looking = dataclasses.replace(prices, first_look=2)
     none, match = [[1, 2, 3]], [[5, 6, 5]]
     at_once, waits = _Prefilled(), _Prefilled()
     d0 = BypassDrafter(at_once, k=3, prices=prices, timed=True, lazy_lower=True)
