@@ -35,6 +35,13 @@
 #else
 #define QK_AVX512 0
 #endif
+/* AVX2 with FMA (a CPU without AVX-512, e.g. AMD Zen 2): the rows loop in 256-bit registers; no cols loop */
+#if !QK_AVX512 && defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define QK_AVX2 1
+#else
+#define QK_AVX2 0
+#endif
 #if QK_AVX512 && defined(__AMX_TILE__) && defined(__AMX_INT8__)
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -62,6 +69,7 @@ typedef struct {  /* 212 bytes */
 } q6_block;
 
 int qk_simd(void) { return QK_AVX512; }
+int qk_avx2(void) { return QK_AVX2; }
 int qk_q4_block_bytes(void) { return (int)sizeof(q4_block); }
 int qk_q6_block_bytes(void) { return (int)sizeof(q6_block); }
 
@@ -729,6 +737,91 @@ int qk_amx(int want) { /* no tiles in this build */
 }
 #endif
 
+#if QK_AVX2
+/* The rows loop in 256-bit registers: the same exact integer sums as the AVX-512 and scalar loops (vpmaddubsw:
+ * codes <= 63 times int8 activations, pairs <= 16002 < 2^15; vpmaddwd with the block's scales), the float sums
+ * in 8 lanes folded in a fixed order, so a row's result does not depend on the rows computed beside it. */
+static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline __attribute__((always_inline)) void q4_rows(const q4_block *w, int64_t nb, const float *xd,
+                                                          const int8_t *xq, const int16_t *xs, int64_t r0, int R,
+                                                          float *y, int64_t ldy, int64_t j) {
+    __m256 acc[ROWS], accm[ROWS];
+    for (int r = 0; r < R; r++) { acc[r] = _mm256_setzero_ps(); accm[r] = _mm256_setzero_ps(); }
+    const __m256i nib = _mm256_set1_epi8(0x0F);
+    for (int64_t b = 0; b < nb; b++) {
+        const q4_block *blk = w + b;
+        for (int l = 0; l < 3; l++) _mm_prefetch((const char *)(blk + PREFETCH) + 64 * l, _MM_HINT_T0);
+        __m256i W[8], S[8];
+        for (int c = 0; c < 4; c++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(blk->qs + 32 * c));
+            W[2 * c] = _mm256_and_si256(q, nib);                         /* elements 64c .. 64c + 31 */
+            W[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), nib); /* 64c + 32 .. 64c + 63 */
+            S[2 * c] = _mm256_set1_epi16(blk->sc[2 * c]);
+            S[2 * c + 1] = _mm256_set1_epi16(blk->sc[2 * c + 1]);
+        }
+        const __m128i m8 = _mm_loadl_epi64((const __m128i *)blk->m);
+        const __m256i m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8)); /* m[g / 2] for 16-group g */
+        for (int r = 0; r < R; r++) {
+            const int64_t o = (r0 + r) * nb + b;
+            const int8_t *x = xq + o * QK;
+            __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(W[0], _mm256_loadu_si256((const __m256i *)x)), S[0]);
+            for (int h = 1; h < 8; h++)
+                p = _mm256_add_epi32(p, _mm256_madd_epi16(
+                                            _mm256_maddubs_epi16(W[h], _mm256_loadu_si256((const __m256i *)(x + 32 * h))), S[h]));
+            const __m256i mm = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(xs + o * 16)), m16);
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(blk->d * xd[o]), acc[r]);
+            accm[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mm), _mm256_set1_ps(blk->dmin * xd[o]), accm[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) y[(r0 + r) * ldy + j] = hsum8(_mm256_sub_ps(acc[r], accm[r]));
+}
+
+static inline __attribute__((always_inline)) void q6_rows(const q6_block *w, int64_t nb, const float *xd,
+                                                          const int8_t *xq, const int16_t *xs, int64_t r0, int R,
+                                                          float *y, int64_t ldy, int64_t j) {
+    __m256 acc[ROWS];
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    const __m256i nib = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3);
+    /* 128-bit half L of a 32-element register takes bits 2L, 2L + 1 of the high bytes (L = 0, 1; then 2, 3) */
+    const __m256i shift_a = _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2), shift_b = _mm256_setr_epi32(4, 4, 4, 4, 6, 6, 6, 6);
+    for (int64_t b = 0; b < nb; b++) {
+        const q6_block *blk = w + b;
+        for (int l = 0; l < 4; l++) _mm_prefetch((const char *)(blk + PREFETCH) + 64 * l, _MM_HINT_T0);
+        __m256i U[8], S[8];
+        for (int c = 0; c < 4; c++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(blk->lo + 32 * c));
+            const __m256i h = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(blk->hi + 16 * c)));
+            const __m256i ha = _mm256_and_si256(_mm256_srlv_epi32(h, shift_a), three);
+            const __m256i hb = _mm256_and_si256(_mm256_srlv_epi32(h, shift_b), three);
+            U[2 * c] = _mm256_or_si256(_mm256_and_si256(q, nib), _mm256_slli_epi16(ha, 4));
+            U[2 * c + 1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), nib), _mm256_slli_epi16(hb, 4));
+            S[2 * c] = _mm256_setr_m128i(_mm_set1_epi16(blk->sc[4 * c]), _mm_set1_epi16(blk->sc[4 * c + 1]));
+            S[2 * c + 1] = _mm256_setr_m128i(_mm_set1_epi16(blk->sc[4 * c + 2]), _mm_set1_epi16(blk->sc[4 * c + 3]));
+        }
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)blk->sc));
+        for (int r = 0; r < R; r++) {
+            const int64_t o = (r0 + r) * nb + b;
+            const int8_t *x = xq + o * QK;
+            __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(U[0], _mm256_loadu_si256((const __m256i *)x)), S[0]);
+            for (int h = 1; h < 8; h++)
+                p = _mm256_add_epi32(p, _mm256_madd_epi16(
+                                            _mm256_maddubs_epi16(U[h], _mm256_loadu_si256((const __m256i *)(x + 32 * h))), S[h]));
+            /* - 32 * sum_g sc[g] * (sum of group g's activations) */
+            const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(xs + o * 16)), sc16);
+            p = _mm256_sub_epi32(p, _mm256_slli_epi32(off, 5));
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(blk->d * xd[o]), acc[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) y[(r0 + r) * ldy + j] = hsum8(acc[r]);
+}
+#endif
+
 /* Scalar twins: the same integer sums, the float sums in a fixed order. */
 static void q4_rows_scalar(const q4_block *w, int64_t nb, const float *xd, const int8_t *xq, const int16_t *xs,
                            int64_t r, float *y, int64_t ldy, int64_t j) {
@@ -776,7 +869,7 @@ void qk_gemm(int kind, const void *w, int64_t N, int64_t K, const float *xd, con
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t j = 0; j < N; j++) {
         int64_t r0 = 0;
-#if QK_AVX512
+#if QK_AVX512 || QK_AVX2
         if (kind == 4) {
             const q4_block *wj = (const q4_block *)w + j * nb;
             for (; r0 + ROWS <= n; r0 += ROWS) q4_rows(wj, nb, xd, xq, xs, r0, ROWS, y, ldy, j);

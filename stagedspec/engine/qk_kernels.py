@@ -21,7 +21,8 @@ Each loop gives a row the same result whatever rows come with it (bitwise); the 
 sum the same exact integers in another float order, so they differ by float rounding
 (~1e-7 relative). The C source compiles once per machine (gcc or cc, ``-O3``, AVX-512 flags
 only where /proc/cpuinfo lists them, AMX's where it lists those and the compiler takes them;
-a scalar build otherwise, ``cols`` then unused) into the cache directory beside the kernel
+else AVX2 and FMA where it lists those (the ``rows`` loop in 256-bit registers, as on AMD Zen 2);
+a scalar build otherwise; ``cols`` needs AVX-512) into the cache directory beside the kernel
 calibrations.
 """
 
@@ -64,6 +65,7 @@ _SIMD_FLAGS = {
     "amx_int8": "-mamx-int8",
 }
 _NEEDED = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "fma")
+_AVX2_FLAGS = ("-mavx2", "-mfma")
 _AMX_FLAGS = ("-mamx-tile", "-mamx-int8")
 AMX_ENV = "STAGEDSPEC_AMX"
 """Set to 0 to keep the cols loop off the AMX tiles (same bits; for A/B timings)."""
@@ -81,9 +83,10 @@ def cpu_flags() -> set[str]:
 
 def compile_flags(flags: set[str]) -> list[str]:
     """The build's machine flags: AVX-512 (with VNNI, and AMX's tile and int8 flags, where listed)
-    when the CPU lists all of ``_NEEDED``; none otherwise (the scalar build)."""
+    when the CPU lists all of ``_NEEDED``; else AVX2 and FMA where it lists both (the rows loop in
+    256-bit registers, no cols loop); none otherwise (the scalar build)."""
     if not all(f in flags for f in _NEEDED):
-        return []
+        return list(_AVX2_FLAGS) if all(f in flags for f in ("avx2", "fma")) else []
     return [v for k, v in _SIMD_FLAGS.items() if k in flags]
 
 
@@ -95,25 +98,32 @@ _NO_AMX: set[str] = set()
 """Compilers (paths) that refused the AMX flags: the build goes on without them."""
 
 
-def build_flags(scalar: bool = False) -> list[str]:
+BUILDS = ("machine", "avx2", "scalar")
+"""The kernel's builds: this CPU's flags (what runs), AVX2 + FMA only, none (tests run all three where the
+CPU can)."""
+
+
+def build_flags(build: str = "machine") -> list[str]:
     # -ffp-contract=off: a * b + c stays two roundings where the source says so (the dequantized
     # weights must equal the GGUF reader's, which fuses nothing); the kernels' fused steps are explicit
-    flags = [] if scalar else compile_flags(cpu_flags())
+    if build not in BUILDS:
+        raise ValueError(f"kernel build {build!r}: expected one of {', '.join(BUILDS)}")
+    flags = compile_flags(cpu_flags()) if build == "machine" else list(_AVX2_FLAGS) if build == "avx2" else []
     if _compiler() in _NO_AMX:
         flags = [f for f in flags if f not in _AMX_FLAGS]
     return ["-O3", "-ffp-contract=off", "-fPIC", "-shared", "-fopenmp", *flags]
 
 
-def build_tag(scalar: bool = False) -> str:
+def build_tag(build: str = "machine") -> str:
     """The build's identity: the source and the flags (part of the kernel calibration's key)."""
-    return hashlib.sha256(SOURCE.read_bytes() + " ".join(build_flags(scalar)).encode()).hexdigest()[:16]
+    return hashlib.sha256(SOURCE.read_bytes() + " ".join(build_flags(build)).encode()).hexdigest()[:16]
 
 
 def _compiler() -> str | None:
     return os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
 
 
-_LIBS: dict[bool, ctypes.CDLL] = {}
+_LIBS: dict[str, ctypes.CDLL] = {}
 _SCRATCH = threading.Lock()
 """Held around ``qk_linear`` and the layer calls: they keep scratch buffers in C, and ctypes releases the GIL
 during the call, so two Python threads must not run them at once."""
@@ -123,15 +133,15 @@ class KernelBuildError(RuntimeError):
     pass
 
 
-def library(scalar: bool = False) -> ctypes.CDLL:
-    """The compiled kernels (built at the first call on this machine, then cached);
-    ``scalar``: the build without machine flags (what a CPU without AVX-512 runs; tests)."""
-    if scalar in _LIBS:
-        return _LIBS[scalar]
-    out = _build(scalar)
+def library(build: str = "machine") -> ctypes.CDLL:
+    """The compiled kernels (built at the first call on this machine, then cached); ``build``: this
+    CPU's (``machine``), or, for tests, ``avx2`` (what an AVX2-only CPU runs) or ``scalar`` (none)."""
+    if build in _LIBS:
+        return _LIBS[build]
+    out = _build(build)
     if out is None:  # a compiler that does not know AMX: the same build without it
         _NO_AMX.add(_compiler())
-        out = _build(scalar)
+        out = _build(build)
         assert out is not None
     lib = ctypes.CDLL(str(out))
     P, I, C = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
@@ -147,22 +157,22 @@ def library(scalar: bool = False) -> ctypes.CDLL:
     assert lib.qk_q4_block_bytes() == Q4_BLOCK_BYTES
     assert lib.qk_layer_struct_bytes() == ctypes.sizeof(_Layer)
     lib.qk_amx.argtypes = [C]
-    if not scalar:
+    if build == "machine":
         lib.qk_amx(0 if os.environ.get(AMX_ENV) == "0" else 1)
     lib.qk_linear.argtypes = [P, C, I, I, I, C, P, P, P, P, C, P, P, C, I, C]
     lib.qk_layer1.argtypes = [P, P, P, P, P, P, I, I, P, C]
     lib.qk_layer_pre.argtypes = [P, P, I, P, P, P, P, P, I, I, C, C]
     lib.qk_layer_post.argtypes = [P, P, P, I, C, C]
-    _LIBS[scalar] = lib
+    _LIBS[build] = lib
     return lib
 
 
-def _build(scalar: bool) -> Path | None:
+def _build(build: str) -> Path | None:
     """The library for this source and these flags (compiled at the first call); None where a
     build with AMX flags failed, now or in an earlier process (the caller retries without them);
     raises on any other failure."""
-    flags = build_flags(scalar)
-    out = _cache_dir() / f"qk_kernels-{build_tag(scalar)}.so"
+    flags = build_flags(build)
+    out = _cache_dir() / f"qk_kernels-{build_tag(build)}.so"
     refused = out.with_suffix(".no-amx")  # this compiler refused these AMX flags once: no second try a process
     if out.is_file():
         return out
@@ -299,12 +309,12 @@ def dequantize(seg: Segment) -> torch.Tensor:
 
 
 def matmul(
-    x: torch.Tensor, segments: list[Segment], cols_from: int = 0, threads: int | None = None, scalar: bool = False
+    x: torch.Tensor, segments: list[Segment], cols_from: int = 0, threads: int | None = None, build: str = "machine"
 ) -> torch.Tensor:
     """``x @ W.T`` ([m, K] float -> [m, N] float32) with W the segments' blocks stacked by rows,
     x quantized to int8 per row and block of 256; through the ``cols`` loop (AVX-512 builds) when
-    ``cols_from`` is set and ``m >= cols_from``, else the 4-row loop (``scalar``: the scalar build's)."""
-    return linear(x.to(torch.float32), segments, None, cols_from, threads, scalar)
+    ``cols_from`` is set and ``m >= cols_from``, else the 4-row loop (``build``: ``library``'s)."""
+    return linear(x.to(torch.float32), segments, None, cols_from, threads, build)
 
 
 def _takes_cols(lib: ctypes.CDLL, rows: int, cols_from: int) -> bool:
@@ -318,15 +328,15 @@ def linear(
     bias: torch.Tensor | None = None,
     cols_from: int = 0,
     threads: int | None = None,
-    scalar: bool = False,
+    build: str = "machine",
 ) -> torch.Tensor:
     """``x @ W.T + bias`` in x's dtype (float32 or bfloat16; [m, K] -> [m, N]) in one call of the
     kernel: the same bits as ``matmul(x, ...).to(x.dtype) + bias``. The blocks may be wider than
     x (re-encoded weights padded with zero columns to a multiple of 256): x is padded to match."""
     if x.dtype not in (torch.float32, torch.bfloat16):  # e.g. float16: the product in float32, then as torch would
-        y = linear(x.to(torch.float32), segments, None, cols_from, threads, scalar).to(x.dtype)
+        y = linear(x.to(torch.float32), segments, None, cols_from, threads, build).to(x.dtype)
         return y if bias is None else y + bias
-    lib = library(scalar)
+    lib = library(build)
     m, K = x.shape
     x = x.contiguous()
     Kp = _blocks_cols(segments, K)

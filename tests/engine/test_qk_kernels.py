@@ -103,17 +103,33 @@ def test_the_cols_loop_on_amx_tiles_gives_the_vnni_loops_bits(kind):
         qk.use_amx(True)
 
 
-def test_the_scalar_build_computes_the_same_products():
-    """What a CPU without AVX-512 runs: the same integer sums, float sums in another order."""
-    a, _ = _segment("q4_k", 16, 512, seed=6)
-    b, _ = _segment("q6_k", 16, 512, seed=7, start=16)
-    x = torch.randn(5, 512, generator=torch.Generator().manual_seed(3))
-    got, ref = qk.matmul(x, [a, b], scalar=True), _reference(x, [a, b])
+_AVX2 = {"avx2", "fma"} <= qk.cpu_flags()
+
+
+@pytest.mark.parametrize(
+    "build", ["scalar", pytest.param("avx2", marks=pytest.mark.skipif(not _AVX2, reason="the CPU lacks AVX2 or FMA"))]
+)
+def test_the_other_builds_compute_the_same_products(build):
+    """What a CPU without AVX-512 runs (AVX2 + FMA, e.g. AMD Zen 2; or no flags at all): the same integer
+    sums, float sums in another order; each row's result independent of the rows beside it (1 to 4 rows
+    a pass, and a pass of 4 then 1)."""
+    a, _ = _segment("q4_k", 16, 768, seed=6)
+    b, _ = _segment("q6_k", 16, 768, seed=7, start=16)
+    x = torch.randn(5, 768, generator=torch.Generator().manual_seed(3))
+    got, ref = qk.matmul(x, [a, b], build=build), _reference(x, [a, b])
     assert float((got.double() - ref).norm() / ref.norm()) < 2e-6
+    for lo, hi in [(0, 1), (1, 3), (2, 5)]:
+        assert torch.equal(qk.matmul(x[lo:hi], [a, b], build=build), got[lo:hi]), (build, lo, hi)
+
+
+def test_a_kernel_build_outside_the_known_ones_is_refused_by_name():
+    with pytest.raises(ValueError, match="kernel build 'avx3'.*machine, avx2, scalar"):
+        qk.build_flags("avx3")
 
 
 def test_the_build_flags_follow_the_cpus_flags():
-    assert qk.compile_flags({"avx2", "fma"}) == []
+    assert qk.compile_flags({"avx2", "fma"}) == ["-mavx2", "-mfma"]
+    assert qk.compile_flags({"avx2"}) == [] and qk.compile_flags({"sse4_2", "fma"}) == []
     full = {"avx512f", "avx512bw", "avx512vl", "avx512dq", "fma"}
     assert "-mavx512f" in qk.compile_flags(full) and "-mavx512vnni" not in qk.compile_flags(full)
     assert "-mavx512vnni" in qk.compile_flags(full | {"avx512_vnni"})
