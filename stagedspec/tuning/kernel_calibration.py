@@ -40,14 +40,22 @@ from .tree_calibration import isotonic
 
 log = logging.getLogger(__name__)
 
+SLOW_PASS_MS = 250.0
+"""A pass over the Linear weights this slow, for the fastest path at ``COARSE_FROM`` rows or more, marks
+a dense GEMM that grows with its rows (bf16 on a CPU without AVX-512 BF16: the 1.5B's pass 204 ms at one
+row, 6.0 s at 32, on a 2-core AMD EPYC (Zen 2), a calibration of 15 minutes timed at every row count);
+from there only ``COARSE_ROWS`` are timed and the row counts between filled in (``fill_rows``)."""
+COARSE_FROM = 8
+COARSE_ROWS = (8, 12, 16, 24, 32)
+
 MAX_ROWS = 32
 """Row counts the calibration covers (a bypass draft of 24 verifies 25); a plan takes
 ``KernelChoice.long_path`` for more rows."""
 
-CALIBRATION_VERSION = 4
+CALIBRATION_VERSION = 5
 """Part of the cache key: raised when the timing procedure changes (2: an untimed pass per
 path first and the fastest pass kept, rows up to 32; 3, 4: the GGUF-native kernel's two loops
-timed), so that no calibration made the old way is read back. A plan from version 1, made on a busy machine, had the 1.5B verify 6, 8
+timed; 5: slow passes timed at ``COARSE_ROWS`` only), so that no calibration made the old way is read back. A plan from version 1, made on a busy machine, had the 1.5B verify 6, 8
 and 11 rows through F.linear at 1.5x mkldnn's time."""
 
 
@@ -162,7 +170,8 @@ def _time_pass(mods: list[nn.Linear], xs: list[torch.Tensor], path, reps: int) -
             path(mod, x)
         times: list[float] = []
         for _ in range(reps):
-            if len(times) >= 3 and sum(times) > 1.0:  # a big model: 3 passes of over 0.3 s say enough
+            # a big model: 3 passes of over 0.3 s say enough; 2 of over 0.5 s (seconds a pass: not a step's path)
+            if sum(times) > 1.0 and (len(times) >= 3 or times[-1] > 0.5):
                 break
             t0 = time.perf_counter()
             for mod, x in zip(mods, xs):
@@ -178,6 +187,7 @@ def calibrate(
     reps: int = 7,
     cache_dir: str | Path | None = None,
     name: str = "fast",
+    slow_pass_ms: float = SLOW_PASS_MS,
 ) -> tuple[KernelChoice, Calibration]:
     """Time each available GEMM path for 1..max_rows rows over all of ``model``'s Linear
     weights; keep the fastest per row count using at most ``max_packs`` prepacked copies
@@ -185,11 +195,14 @@ def calibrate(
     ``cache_dir``/kernels (default $STAGEDSPEC_CACHE, else ~/.cache/stagedspec) by machine,
     model, dtype and threads, and by every argument that changes the result (``max_rows``,
     ``max_packs``, ``reps``, ``name``): a quick calibration (``reps=1``) never stands in
-    for a full one."""
+    for a full one. Where passes are slow (``slow_pass_ms``), many-row counts are timed coarsely
+    (``_time_paths``)."""
     install(model)
     p = next(model.parameters())
     key = calibration_key(model, p.dtype, torch.get_num_threads(), p.device)
     args = {"max_rows": max_rows, "max_packs": max_packs, "reps": reps, "name": name, "version": CALIBRATION_VERSION}
+    if slow_pass_ms != SLOW_PASS_MS:
+        args["slow_pass_ms"] = slow_pass_ms
     digest = hashlib.sha256(json.dumps({**key, **args}, sort_keys=True).encode()).hexdigest()[:20]
     cache = Path(cache_dir or os.environ.get("STAGEDSPEC_CACHE") or "~/.cache/stagedspec").expanduser() / "kernels"
     f = cache / f"{digest}.json"
@@ -199,7 +212,7 @@ def calibrate(
     paths = available_paths(p.dtype, p.device)
     mods = gemm_modules(model)
     # the dense table even when the native kernel takes every module: draft levels run this plan too
-    times = _time_paths(mods, paths, max_rows, reps, p.dtype, p.device)
+    times = _time_paths(mods, paths, max_rows, reps, p.dtype, p.device, slow_pass_ms)
     linear = choose_paths(times, max_packs) if times else [PATH_LINEAR] * max_rows
     int4_ms = _time_exact_int4(model, linear, reps)
     int4_rows = next((int(m) - 1 for m, t in int4_ms.items() if t["int4"] >= t["dense"]), len(int4_ms))
@@ -269,22 +282,53 @@ def step_curve(cal: Calibration, plan: KernelChoice) -> tuple[float, ...]:
 
 
 def _time_paths(
-    mods: list[nn.Linear], paths: list[str], max_rows: int, reps: int, dtype: torch.dtype, device: torch.device
+    mods: list[nn.Linear],
+    paths: list[str],
+    max_rows: int,
+    reps: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    slow_pass_ms: float = SLOW_PASS_MS,
 ) -> dict[str, dict[str, float]]:
     """Milliseconds of each candidate path over ``mods`` per row count 1..max_rows (``{}``
     with one path: nothing to choose, nothing to time). MKL's ``mklN`` is a candidate from
-    N / 2 to N rows."""
+    N / 2 to N rows. Once the fastest pass at ``COARSE_FROM`` rows or more takes ``slow_pass_ms``,
+    only ``COARSE_ROWS`` (and ``max_rows``) are timed, the rest filled in (``fill_rows``)."""
     times: dict[str, dict[str, float]] = {}
     if len(paths) < 2:
         return times
     # untimed: page in weights a fresh load left on disk, pack each path once
     for q in [q for q in paths if not q.startswith("mkl") or q == PATH_MKLDNN]:  # each mklN packs in its own pass
         _time_pass(mods, [torch.randn(1, mod.in_features, dtype=dtype, device=device) for mod in mods], q, 1)
+    coarse = False
     for m in range(1, max_rows + 1):
+        if coarse and m not in COARSE_ROWS and m != max_rows:
+            continue
         xs = [torch.randn(m, mod.in_features, dtype=dtype, device=device) for mod in mods]
         cands = [q for q in paths if not q.startswith("mkl") or q == PATH_MKLDNN or m <= int(q[3:]) < 2 * m]
         times[str(m)] = {q: _time_pass(mods, xs, q, reps) for q in cands}
-    return times
+        coarse = coarse or (m >= COARSE_FROM and min(times[str(m)].values()) >= slow_pass_ms)
+    return fill_rows(times, max_rows)
+
+
+def fill_rows(times: dict[str, dict[str, float]], max_rows: int) -> dict[str, dict[str, float]]:
+    """``times`` (rows -> path -> ms) at every row count 1..``max_rows``: a row count not timed
+    takes, for each path timed at both its nearest timed neighbours, the straight line between
+    them (a dense GEMM's time grows about linearly with its rows where a pass is this slow)."""
+    timed = sorted(int(m) for m in times)
+    out = {}
+    for m in range(1, max_rows + 1):
+        if str(m) in times:
+            out[str(m)] = dict(times[str(m)])
+            continue
+        lo = max((r for r in timed if r < m), default=None)
+        hi = min((r for r in timed if r > m), default=None)
+        if lo is None or hi is None:
+            continue
+        f = (m - lo) / (hi - lo)
+        a, b = times[str(lo)], times[str(hi)]
+        out[str(m)] = {q: a[q] + (b[q] - a[q]) * f for q in a if q in b}
+    return out
 
 
 def _drop_unused_packs(mods: list[nn.Linear], linear: list[str]) -> None:

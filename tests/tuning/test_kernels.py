@@ -17,7 +17,7 @@ from stagedspec.engine import kernels
 from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.int4_kernels import int4_quantize
 from stagedspec.engine.kernels import HF_KERNELS, KernelChoice, available_paths, long_path_for
-from stagedspec.tuning.kernel_calibration import choose_paths, calibrate
+from stagedspec.tuning.kernel_calibration import COARSE_ROWS, choose_paths, calibrate, fill_rows
 from stagedspec.engine.kv_cache import KVModel, SlotLayer
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.engine.tree import DraftTree, TreeShape
@@ -97,6 +97,31 @@ def test_calibration_is_cached_per_machine_and_model(tmp_path):
     assert saved["key"]["threads"] == torch.get_num_threads() and saved["key"]["dtype"] == "float32"
     plan2, cal2 = calibrate(model, max_rows=4, reps=1, cache_dir=tmp_path)
     assert plan2 == plan and cal2.times_ms == cal.times_ms  # read back, not re-measured
+
+
+def test_row_counts_left_untimed_take_the_line_between_their_timed_neighbours():
+    times = {"1": {"linear": 10.0, "wxt": 12.0}, "2": {"linear": 20.0}, "5": {"linear": 50.0, "wxt": 35.0}}
+    got = fill_rows(times, 6)
+    assert got["3"] == {"linear": 30.0} and got["4"] == {"linear": 40.0}  # wxt not timed at 2: not guessed
+    assert got["1"] == times["1"] and got["5"] == times["5"] and "6" not in got  # nothing past the last timed
+    assert fill_rows(times, 6) is not times and times["2"] == {"linear": 20.0}
+
+
+def test_slow_passes_are_timed_at_the_coarse_row_counts_only(tmp_path):
+    """A pass at least ``slow_pass_ms`` long from 8 rows on (here every pass: 0 ms) leaves the row counts
+    past 8 outside ``COARSE_ROWS`` untimed, filled in on a line; every row count still has a plan."""
+    model = tiny_target().model
+    plan, cal = calibrate(model, max_rows=20, reps=1, cache_dir=tmp_path, slow_pass_ms=0.0)
+    assert sorted(cal.times_ms, key=int) == [str(m) for m in range(1, 21)] and len(plan.linear) == 20
+    for m in (9, 10, 11):  # between 8 and 12, both timed
+        for q, t in cal.times_ms[str(m)].items():
+            lo, hi = cal.times_ms["8"][q], cal.times_ms["12"][q]
+            assert t == pytest.approx(lo + (hi - lo) * (m - 8) / 4)
+    assert {8, 12, 16} <= set(COARSE_ROWS) and 20 not in COARSE_ROWS  # 17-19: the line from 16 to 20 (the last)
+    t16, t20 = cal.times_ms["16"]["linear"], cal.times_ms["20"]["linear"]
+    assert cal.times_ms["18"]["linear"] == pytest.approx((t16 + t20) / 2)
+    _, quick = calibrate(model, max_rows=20, reps=1, cache_dir=tmp_path)  # the default threshold: its own entry
+    assert quick.key.get("slow_pass_ms") is None and cal.key["slow_pass_ms"] == 0.0
 
 
 def test_calibrations_differing_only_in_reps_or_name_do_not_share_an_entry(tmp_path):
