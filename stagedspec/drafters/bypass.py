@@ -64,7 +64,11 @@ round's contexts, before its draft is timed): where copies and plain steps carry
 small model's prefill is never paid. The router leaves that prefill out of the first round's price;
 ``first_look`` (timed) instead keeps the first rounds off the level below until that many plain
 steps were taken: an answer that opens with a few new tokens and then restates its prompt (a code
-answer's fence, then the signature) is copied from there on, and the small model never runs.
+answer's fence, then the signature) is copied from there on, and the small model never runs. Nor does
+``explore`` pay that prefill on a new prompt once rounds below, measured on earlier prompts, price under
+a plain step (``explore_cold`` off, the default): on prose, where a round below costs more than it
+returns, each prompt would otherwise pay the small model's prefill and catch-up every ``explore`` rounds
+for nothing.
 
 Batch: the level below drafts for every row or none (its caches hold every row), so when
 some row has no long match, the rows that have one still take their copy and the level
@@ -132,6 +136,11 @@ class RoutePrices:
     once this many rounds drafted nothing (plain steps; rounds of copies do not count); until then a
     round copies or takes a plain step. The first round below pays the level's prefill, which its
     price leaves out (0: priced as any round)."""
+    explore_cold: bool = False
+    """``timed`` with ``lazy_lower``: whether ``explore`` also sends a round to a level below that has
+    not had this prompt yet (paying its prefill) once rounds below measured on earlier prompts price
+    under a plain step. False: such a prompt goes below only where the price says so (rounds below
+    never measured, or measured to pay); a level below that has the prompt is explored as before."""
 
 
 MATCH_BUCKETS = 8
@@ -372,7 +381,8 @@ class BypassDrafter(Drafter):
         else:
             lower_rate = self._stats.lower_rate(below) if self.lower is not None else 0.0
         plain = self.timed and max(lower_rate, 0.0) < self._stats.plain_rate()
-        if plain and self.lower is not None and self._since_lower + 1 >= self._stats.prices.explore > 0:
+        cold = self._lower_waits and self._stats.low_n > 0 and not self._stats.prices.explore_cold
+        if plain and self.lower is not None and self._since_lower + 1 >= self._stats.prices.explore > 0 and not cold:
             plain = False  # explore: try the level below again
         out: list[list[int] | None] = []
         self._routes = []

@@ -189,7 +189,7 @@ class BypassLevel:
     (``drafters/bypass.py``)."""
     prices: Any = None
     """With route=priced or timed: ``RoutePrices`` fields to change (row_cost, draft_cost,
-    prior_weight, prior_accepted, copy_weight, explore, first_look); None: its defaults."""
+    prior_weight, prior_accepted, copy_weight, explore, first_look, explore_cold); None: its defaults."""
     cost_curve: bool = False
     """With route=priced: cost a verification of n rows at the target's calibrated T(n) / T(1)
     (``KernelChoice.step_curve``, handed over by the job) instead of ``1 + row_cost * n``."""
@@ -205,11 +205,14 @@ class BypassLevel:
         _check_k(self.name, self.k)
         if self.route not in ("rule", "priced", "timed"):
             raise ValueError(f"level {self.name!r}: route must be 'rule', 'priced' or 'timed', got {self.route!r}")
-        known = {f.name for f in dataclasses.fields(RoutePrices)}
+        known = {f.name: f.type for f in dataclasses.fields(RoutePrices)}
         for key, value in dict(self.prices or {}).items():
             if key not in known:
                 raise ValueError(f"level {self.name!r}: unknown prices.{key}; valid: {sorted(known)}")
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+            if known[key] in (bool, "bool"):
+                if not isinstance(value, bool):
+                    raise ValueError(f"level {self.name!r}: prices.{key} must be true or false, got {value!r}")
+            elif isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
                 raise ValueError(f"level {self.name!r}: prices.{key} must be a finite number >= 0, got {value!r}")
         if not (_is_int(self.min_match) and _is_int(self.max_match) and 1 <= self.min_match <= self.max_match):
             raise ValueError(

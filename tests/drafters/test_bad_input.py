@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stagedspec.drafters import KatzNgramDrafter, ModelDrafter
-from stagedspec.drafters.hierarchy import ModelLevel, NgramLevel, PromptLookupLevel, validate_levels
+from stagedspec.drafters.hierarchy import BypassLevel, ModelLevel, NgramLevel, PromptLookupLevel, validate_levels
 from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.engine.tree import TreeShape
@@ -28,6 +28,21 @@ def test_sampling_values_are_checked():
 def test_draft_length_below_one(level):
     with pytest.raises(ValueError, match=rf"k must be an integer >= 1, got {level.k}"):
         validate_levels([level])
+
+
+@pytest.mark.parametrize(
+    "prices, message",
+    [
+        ({"explore_cold": 1}, r"prices\.explore_cold must be true or false, got 1"),
+        ({"explore": True}, r"prices\.explore must be a finite number >= 0, got True"),
+        ({"first_look": -1}, r"prices\.first_look must be a finite number >= 0, got -1"),
+        ({"explore_warm": True}, r"unknown prices\.explore_warm; valid: \[.*'explore_cold'"),
+    ],
+)
+def test_router_prices_of_the_wrong_kind_are_refused_by_name(prices, message):
+    with pytest.raises(ValueError, match=message):
+        BypassLevel(route="timed", prices=prices).validate()
+    BypassLevel(route="timed", prices={"explore_cold": True, "first_look": 0}).validate()  # the right kinds pass
 
 
 def test_ngram_above_a_model_level_is_refused():

@@ -358,6 +358,48 @@ def test_first_look_keeps_a_lazy_level_below_off_until_that_many_plain_steps():
     assert _tokens(eager.propose(none)[0]) == [99]
 
 
+@pytest.mark.parametrize("explore_cold", [False, True])
+def test_explore_leaves_a_new_prompts_lazy_level_below_alone_once_rounds_below_priced_under_a_plain_step(
+    explore_cold,
+):
+    """The level below priced under a plain step (as in the explore test: 0.18 against 0.91), explore 3,
+    no first_look. The first prompt: no round below measured yet, so explore sends rounds 3 and 6 below
+    (the prefill at the first). A new prompt (reset): rounds below were measured and priced under a plain
+    step, so with ``explore_cold`` off its rounds take plain steps and the prefill is never paid; with it
+    on, round 3 goes below (a second prefill) as before. Once the level below has the prompt, explore
+    runs its clock either way."""
+    prices = RoutePrices(
+        row_cost=0.1,
+        draft_cost=5.0,
+        prior_weight=100.0,
+        prior_accepted=1.0,
+        explore=3,
+        first_look=0,
+        explore_cold=explore_cold,
+    )
+    below = _Prefilled()
+    d = BypassDrafter(below, k=3, prices=prices, timed=True, lazy_lower=True)
+    none = [[1, 2, 3]]
+
+    def rounds(n):
+        out = []
+        for _ in range(n):
+            out.append(_tokens(d.propose(none)[0]))
+            d.feedback([0])
+        return out
+
+    d.reset(1)
+    d.prefill(none)
+    assert rounds(6) == [[], [], [99], [], [], [99]] and len(below.prefills) == 1 and d._stats.low_n == 2
+    d.reset(1)  # the next prompt: the level below waits for it again
+    d.prefill(none)
+    if explore_cold:
+        assert rounds(6) == [[], [], [99], [], [], [99]] and len(below.prefills) == 2
+    else:
+        assert rounds(6) == [[]] * 6 and len(below.prefills) == 1 and below.calls == 2
+        assert d.decisions["plain"] == 4 + 6
+
+
 def _timed_router(lower, explore: int = 3, row_cost: float = 0.02, lazy_lower: bool = False):
     """Priors that make the level below too dear (a 1000-round prior), so plain steps, copies on
     matches and, after ``explore`` - 1 rounds without it, the level below all happen (a dear row,
