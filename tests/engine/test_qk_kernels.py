@@ -116,6 +116,7 @@ def test_the_other_builds_compute_the_same_products(build):
     a, _ = _segment("q4_k", 16, 768, seed=6)
     b, _ = _segment("q6_k", 16, 768, seed=7, start=16)
     x = torch.randn(5, 768, generator=torch.Generator().manual_seed(3))
+    assert qk.library(build).qk_avx2() == (build == "avx2")  # the AVX2 build runs its own loop, not the scalar one
     got, ref = qk.matmul(x, [a, b], build=build), _reference(x, [a, b])
     assert float((got.double() - ref).norm() / ref.norm()) < 2e-6
     for lo, hi in [(0, 1), (1, 3), (2, 5)]:
