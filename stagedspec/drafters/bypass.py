@@ -84,6 +84,7 @@ import torch
 
 from stagedspec.engine.drafter_protocol import Drafter
 from stagedspec.engine.tree import DraftTree
+from .recycle import RecycleDrafter
 
 
 def longest_match(context: list[int], max_match: int, min_match: int) -> tuple[int, int]:
@@ -141,6 +142,9 @@ class RoutePrices:
     not had this prompt yet (paying its prefill) once rounds below measured on earlier prompts price
     under a plain step. False: such a prompt goes below only where the price says so (rounds below
     never measured, or measured to pay); a level below that has the prompt is explored as before."""
+    recycle_accepted: float = 1.0
+    """``timed`` with a recycle tree (``BypassDrafter(recycle=...)``): the prior of its accepted tokens
+    per round, worth ``prior_weight`` rounds."""
 
 
 MATCH_BUCKETS = 8
@@ -162,6 +166,7 @@ class _RouteStats:
         self.verify_s, self.verify_units = 0.0, 0.0  # timed target calls: seconds, their shape_cost
         self.rows_s: dict[int, list[float]] = {}  # timed one-row target calls: {1: [seconds, calls]}
         self.low_s, self.low_nodes = 0.0, 0.0  # timed rounds below: seconds of the draft, its nodes
+        self.rec_sum, self.rec_n = 0.0, 0  # rounds of recycle trees: accepted tokens, rounds
 
     def step_seconds(self) -> float | None:
         """Seconds of one plain target step (T(1)) measured so far: the timed calls' seconds over
@@ -239,6 +244,13 @@ class _RouteStats:
         """One token for one plain step."""
         return 1 / self.verify_cost(1)
 
+    def recycle_rate(self, nodes: int) -> float:
+        """(expected accepted + 1) / cost of a recycle tree of ``nodes`` nodes: its rounds' mean
+        accepted from a prior of ``recycle_accepted`` worth ``prior_weight`` rounds."""
+        p, w = self.prices, self.prices.prior_weight
+        accepted = (self.rec_sum + w * p.recycle_accepted) / (self.rec_n + w)
+        return (accepted + 1) / self.verify_cost(nodes + 1)
+
     def observe_target(self, seconds: float, rows: int) -> None:
         """A timed target call that verified ``rows`` rows (the widest row's)."""
         self.verify_s += seconds
@@ -263,6 +275,9 @@ class _RouteStats:
             self.low_n += 1
             self.low_s += seconds
             self.low_nodes += offered
+        elif kind == "recycle":
+            self.rec_sum += accepted
+            self.rec_n += 1
 
 
 class BypassDrafter(Drafter):
@@ -278,9 +293,15 @@ class BypassDrafter(Drafter):
         cost_curve: bool = False,
         timed: bool = False,
         lazy_lower: bool = False,
+        recycle: RecycleDrafter | None = None,
     ) -> None:
         if timed and prices is None:
             raise ValueError(f"{name}: timed routing prices each round; give it prices (RoutePrices())")
+        if recycle is not None and not timed:
+            raise ValueError(f"{name}: a recycle tree is priced against a plain step; it needs timed routing")
+        self.recycle = recycle
+        """Token Recycling's trees (``drafters/recycle.py``), offered where a round would otherwise
+        take a plain step and the tree prices above it."""
         self.lower, self.k, self.min_match, self.max_match, self.name = lower, k, min_match, max_match, name
         self.miss_below = miss_below
         self.lazy_lower = lazy_lower
@@ -298,7 +319,7 @@ class BypassDrafter(Drafter):
         self._round_forwards = (
             0.0  # forwards of the level below in the last round (one batched forward serves every row)
         )
-        self.decisions = {"copy": 0, "lower": 0, "plain": 0}
+        self.decisions = {"copy": 0, "lower": 0, "plain": 0} | ({"recycle": 0} if recycle is not None else {})
         """Rounds and rows routed each way (the priced router's log; the rule counts too)."""
         self.calls = 0
         self.seconds = 0.0
@@ -339,6 +360,14 @@ class BypassDrafter(Drafter):
         """Costs from measured seconds, and the plain step priced as a third proposal."""
         return self._stats is not None and self._stats.timed
 
+    @property
+    def successors(self) -> int:  # the recycle table's, handed over by the decoder
+        return self.recycle.successors if self.recycle is not None else 0
+
+    def observe_successors(self, inputs: list[int], successors: list[list[int]]) -> None:
+        if self.recycle is not None:
+            self.recycle.observe_successors(inputs, successors)
+
     def observe_round(self, verify_seconds: float, rows: int) -> None:
         if self.timed:
             self._stats.observe_target(verify_seconds, rows)
@@ -371,26 +400,37 @@ class BypassDrafter(Drafter):
             out.append((list(ctx[end : end + self.k]), length) if length else ([], 0))
         return out
 
-    def _priced_copies(self, contexts: list[list[int]]) -> list[list[int] | None]:
+    def _priced_copies(self, contexts: list[list[int]]) -> list[list[int] | DraftTree | None]:
         """Per row, the copy cut to its best-priced length where that prices above the level
         below's draft (and, timed, above a plain step), [] for the level below, None (timed) for
-        no draft."""
+        no draft, or (timed, with ``recycle``) a recycle tree where a row would take a plain step
+        and the tree prices above one."""
         below = self.lower.max_depth if self.lower is not None else 0
-        if self.timed and self._lower_waits and self._since_lower < self._stats.prices.first_look:
+        stats = self._stats
+        if self.timed and self._lower_waits and self._since_lower < stats.prices.first_look:
             lower_rate = -1.0  # first_look: not yet worth the level below's prefill
         else:
-            lower_rate = self._stats.lower_rate(below) if self.lower is not None else 0.0
-        plain = self.timed and max(lower_rate, 0.0) < self._stats.plain_rate()
-        cold = self._lower_waits and self._stats.low_n > 0 and not self._stats.prices.explore_cold
-        if plain and self.lower is not None and self._since_lower + 1 >= self._stats.prices.explore > 0 and not cold:
+            lower_rate = stats.lower_rate(below) if self.lower is not None else 0.0
+        plain_rate = stats.plain_rate() if self.timed else 0.0
+        grown = [self.recycle.propose([c])[0] for c in contexts] if self.recycle is not None and self.timed else []
+        full = len(self.recycle.template) if grown else 0
+        alt_rate = max(plain_rate, stats.recycle_rate(full) if full else 0.0)
+        plain = self.timed and max(lower_rate, 0.0) < alt_rate
+        cold = self._lower_waits and stats.low_n > 0 and not stats.prices.explore_cold
+        if plain and self.lower is not None and self._since_lower + 1 >= stats.prices.explore > 0 and not cold:
             plain = False  # explore: try the level below again
-        out: list[list[int] | None] = []
+        out: list[list[int] | DraftTree | None] = []
         self._routes = []
-        for cont, match in self._matches(contexts, 1):
-            rate, cut = self._stats.copy_offer(match, len(cont)) if cont else (0.0, 0)
-            if cont and rate > lower_rate and (not plain or rate > self._stats.plain_rate()):
+        for b, (cont, match) in enumerate(self._matches(contexts, 1)):
+            rate, cut = stats.copy_offer(match, len(cont)) if cont else (0.0, 0)
+            tree = grown[b] if grown and len(grown[b]) else None
+            tree_rate = stats.recycle_rate(len(tree)) if tree is not None else 0.0
+            if cont and rate > lower_rate and (not plain or rate > max(plain_rate, tree_rate)):
                 out.append(cont[:cut])
                 self._routes.append(("copy", match, cut))
+            elif plain and tree is not None and tree_rate > plain_rate:
+                out.append(tree)
+                self._routes.append(("recycle", 0, len(tree)))
             elif plain:
                 out.append(None)
                 self._routes.append(("plain", 0, 0))
@@ -399,14 +439,14 @@ class BypassDrafter(Drafter):
                 self._routes.append(("lower", 0, 0))
         return out
 
-    def _count_round(self, copies: list[list[int] | None], goes_below: bool) -> None:
-        """``explore``'s clock: rounds where some row drafted nothing, since the level below last
-        drafted. Rounds carried by copies leave it alone: while copies pay, the level below is not
-        worth a look (v19: a 96-token answer copied in 16 rounds explored at the 16th, its lazy
-        prefill and catch-up 0.5-0.8 s for no token)."""
+    def _count_round(self, copies: list[list[int] | DraftTree | None], goes_below: bool) -> None:
+        """``explore``'s clock: rounds where some row drafted nothing (or a recycle tree), since the
+        level below last drafted. Rounds carried by copies leave it alone: while copies pay, the level
+        below is not worth a look (v19: a 96-token answer copied in 16 rounds explored at the 16th, its
+        lazy prefill and catch-up 0.5-0.8 s for no token)."""
         if goes_below:
             self._since_lower = 0
-        elif any(c is None for c in copies):
+        elif any(not isinstance(c, list) for c in copies):
             self._since_lower += 1
 
     def propose(self, contexts: list[list[int]], features: list[torch.Tensor] | None = None) -> list[DraftTree]:
@@ -414,19 +454,22 @@ class BypassDrafter(Drafter):
         self.calls += 1
         copies = self.copies(contexts) if self._stats is None else self._priced_copies(contexts)
         if self.miss_below and self.lower is not None and len(self._cold) == len(contexts):
-            copies = [[] if cold and c is not None else c for c, cold in zip(copies, self._cold)]
-        self._copied = [bool(c) for c in copies]
+            copies = [[] if cold and isinstance(c, list) else c for c, cold in zip(copies, self._cold)]
+        self._copied = [isinstance(c, list) and bool(c) for c in copies]
         self.seconds += time.perf_counter() - t0
         trees: list[DraftTree | None] = [None] * len(contexts)
         for b, cont in enumerate(copies):
-            if cont:
+            if isinstance(cont, DraftTree):
+                cont.owner = self.recycle.name
+                trees[b] = cont
+            elif cont:
                 tree = DraftTree()
                 node = -1
                 for tok in cont:
                     node = tree.add(tok, node, None, self.name)
                 trees[b] = tree
         self._round_forwards = self._round_seconds = 0.0
-        goes_below = any(c == [] for c in copies)
+        goes_below = any(isinstance(c, list) and not c for c in copies)
         if self.lower is not None and goes_below:
             if self._lower_waits:  # untimed by the router: a one-off, not the price of a round below
                 self._lower_waits = False
@@ -437,12 +480,15 @@ class BypassDrafter(Drafter):
             self._round_seconds = time.perf_counter() - t1
             self._round_forwards = float(self.lower.forward_stats()[1] - calls)
             for b, cont in enumerate(copies):
-                if cont == []:
+                if isinstance(cont, list) and not cont:
                     lowered[b].owner = self.lower.name
                     trees[b] = lowered[b]
                     if self._routes:
                         self._routes[b] = ("lower", 0, len(lowered[b].tokens))
         self._count_round(copies, goes_below)
         for cont in copies:
-            self.decisions["plain" if cont is None else "copy" if cont else "lower"] += 1
+            kind = (
+                "plain" if cont is None else "recycle" if isinstance(cont, DraftTree) else "copy" if cont else "lower"
+            )
+            self.decisions[kind] += 1
         return [t if t is not None else DraftTree() for t in trees]

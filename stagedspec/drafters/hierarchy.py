@@ -29,6 +29,7 @@ from .model_drafter import ModelDrafter
 from .ngram_drafters import KatzNgramDrafter, PromptLookupDrafter
 from .ngram_lm import KatzBackoffLM, read_corpus
 from .pruned_head import head_subset, pruned_copy
+from .recycle import RecycleDrafter, parse_template
 from .tree_growth import check_probability
 
 
@@ -169,6 +170,36 @@ class PromptLookupLevel:
         return PromptLookupDrafter(k=self.k, max_ngram=self.max_ngram, min_ngram=self.min_ngram, name=self.name)
 
 
+def _paths(value: Any) -> Any:
+    """A config list (OmegaConf's too) as a plain list; anything else as given, for the check to name."""
+    return value if isinstance(value, str) or not hasattr(value, "__iter__") else list(value)
+
+
+@dataclass
+class RecycleLevel:
+    """Token Recycling drafting for the target alone (``drafters/recycle.py``): each round a tree
+    grown by ``template`` (rank paths) from the target's own earlier top-k successors. It learns
+    from the target's calls, so it is the only level of its hierarchy (under a router:
+    ``levels.copy.recycle``)."""
+
+    template: Any = 3
+    """A number N (the first N of ``recycle.RANKED_PATHS``) or a list of rank paths like ['0', '1', '00']."""
+    name: str = "recycle"
+
+    @property
+    def k(self) -> int:
+        """The template's depth (its longest rank path)."""
+        return max(len(p) for p in parse_template(_paths(self.template), f"level {self.name!r}: template"))
+
+    def validate(self) -> None:
+        parse_template(_paths(self.template), f"level {self.name!r}: template")
+
+    def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
+        if lower is not None:
+            raise ValueError(f"level {self.name!r}: a recycle level drafts for the target alone (no level below it)")
+        return RecycleDrafter(_paths(self.template), name=self.name)
+
+
 @dataclass
 class BypassLevel:
     """Long verbatim matches straight to the level above, the rest to the levels below
@@ -196,6 +227,10 @@ class BypassLevel:
     lazy_lower: bool = True
     """The level below gets the prompt only when a round first goes below (a model level's
     prefill is not paid in a job whose rounds never go below); false: with the prompt."""
+    recycle: Any = None
+    """With route=timed: Token Recycling's tree template, a number of nodes N or rank paths like
+    ['0', '1', '00'] (``drafters/recycle.py``), offered where a round would take a plain step and the tree prices
+    above it; None: off."""
     routes = True  # a router: the level below it still drafts for the target (takes `tree`)
 
     def route_prices(self) -> RoutePrices | None:
@@ -224,6 +259,13 @@ class BypassLevel:
             raise ValueError(f"level {self.name!r}: cost_curve must be true or false, got {self.cost_curve!r}")
         if not isinstance(self.lazy_lower, bool):
             raise ValueError(f"level {self.name!r}: lazy_lower must be true or false, got {self.lazy_lower!r}")
+        if self.recycle is not None:
+            if self.route != "timed":
+                raise ValueError(
+                    f"level {self.name!r}: recycle trees are priced against a plain step, so they need "
+                    f"route=timed, got route={self.route!r} (or recycle=null)"
+                )
+            parse_template(_paths(self.recycle), f"level {self.name!r}: recycle")
 
     def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
         return BypassDrafter(
@@ -237,6 +279,7 @@ class BypassLevel:
             cost_curve=self.cost_curve,
             timed=self.route == "timed",
             lazy_lower=self.lazy_lower,
+            recycle=RecycleDrafter(_paths(self.recycle)) if self.recycle is not None else None,
         )
 
 
@@ -358,7 +401,7 @@ class TrainedLevel(_TreeLevel):
         return ModelDrafter(draft, k=self.k, lower=lower, tree=self.shape, name=self.name)
 
 
-LEVEL_TYPES = (NgramLevel, PromptLookupLevel, BypassLevel, ModelLevel, TrainedLevel)
+LEVEL_TYPES = (NgramLevel, PromptLookupLevel, BypassLevel, ModelLevel, TrainedLevel, RecycleLevel)
 
 
 def target_facing(levels: list[Any]) -> int:
@@ -379,6 +422,12 @@ def validate_levels(levels: list[Any]) -> None:
         if not isinstance(lv, LEVEL_TYPES):
             raise TypeError(f"unknown level type {type(lv).__name__}; valid: {[t.__name__ for t in LEVEL_TYPES]}")
         lv.validate()
+        if isinstance(lv, RecycleLevel) and len(levels) > 1:
+            raise ValueError(
+                f"level {lv.name!r}: a recycle level learns from the target's calls, so it drafts for the target "
+                f"alone; drop the other levels ({[n for n in names if n != lv.name]}) or give the router its "
+                "template (levels.copy.recycle)"
+            )
     for lv in levels[:-1]:
         if getattr(lv, "reads_features", False):
             raise ValueError(

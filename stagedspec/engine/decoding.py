@@ -159,6 +159,8 @@ class SpeculativeDecoder:
         t1 = time.perf_counter()
         logits, widths, tail_lens, states = self._score(ctxs, trees)
         t2 = time.perf_counter()
+        if self.drafter is not None and self.drafter.successors:
+            self._recycle(ctxs, trees, logits)
         after = self._forward_stats()
         calls = {lv.name: after[lv.name][1] - before[lv.name][1] for lv in self.levels}
         accepted, keep = [], []
@@ -192,6 +194,15 @@ class SpeculativeDecoder:
             PhaseTimes(draft=t1 - t0, verify=t2 - t1, overhead=t3 - t2, draft_calls=calls, rows=len(trees), width=n_max)
         )
         return active
+
+    def _recycle(self, ctxs: list[list[int]], trees: list[DraftTree], logits: list[torch.Tensor]) -> None:
+        """Token Recycling's table (``Drafter.successors``): per row, each scored position's input
+        token (the root, the last context token; then the draft nodes) with the target's likeliest
+        next tokens there. Read before the round commits; drafts use it from the next round on."""
+        k = self.drafter.successors
+        for ctx, tree, lg in zip(ctxs, trees, logits):
+            top = lg[: 1 + len(tree)].topk(k, dim=-1).indices.tolist()
+            self.drafter.observe_successors([ctx[-1], *tree.tokens], top)
 
     def _verify(self, tree: DraftTree, logits: torch.Tensor, gen: torch.Generator) -> tuple[list[int], int]:
         """The accepted path through ``tree`` and the token the target adds after it."""

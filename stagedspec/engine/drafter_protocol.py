@@ -68,6 +68,15 @@ class Drafter(ABC):
         """How many of each row's draft tokens the level above accepted (HF's
         ``update_candidate_strategy``); a hook for adaptive drafters."""
 
+    successors: int = 0
+    """k > 0: after each target call the decoder hands this level (``observe_successors``) the input
+    token of every scored position (each row's root and draft nodes) with the target's k likeliest
+    next tokens there (Token Recycling, ``drafters/recycle.py``); 0: nothing is computed."""
+
+    def observe_successors(self, inputs: list[int], successors: list[list[int]]) -> None:
+        """One row's scored positions: ``inputs[i]`` and the target's likeliest next tokens after it
+        there, best first (``successors`` > 0 only)."""
+
     def observe_round(self, verify_seconds: float, rows: int) -> None:
         """The round's target call, after ``feedback``: its seconds and the rows it scored for the
         widest batch row (tail + draft nodes); a hook for routers that price rounds in seconds."""

@@ -15,6 +15,7 @@ from stagedspec.drafters.bypass import RoutePrices
 from stagedspec.drafters.feature import FeatureDrafter
 from stagedspec.drafters.hierarchy import corpus_lm
 from stagedspec.drafters.pruned_head import head_subset, pruned_copy
+from stagedspec.drafters.recycle import RANKED_PATHS, RecycleDrafter
 from stagedspec.engine.decoding import SpeculativeDecoder
 from stagedspec.engine.tree import TreeShape
 from stagedspec.models.draft_files import load_draft, standalone_causal_lm
@@ -153,10 +154,10 @@ def our_methods(target, files: dict[str, Path], k: int, tree: str | None, lower_
     return made, skipped
 
 
-LEVEL_KINDS = ("lookup", "ngram", "small", "fr", "q4", "n4", "copy", "route", "priced", "timed")
+LEVEL_KINDS = ("lookup", "ngram", "small", "fr", "q4", "n4", "copy", "route", "priced", "timed", "rtimed", "recycle")
 MODEL_KINDS = ("small", "fr", "q4", "n4")  # the packaged draft model: as it is / pruned head / 4-bit at few rows
 # through torch / re-encoded Q4_K blocks through the native kernel at every row count (weights=requant_q4k)
-ROUTER_KINDS = ("route", "priced", "timed")
+ROUTER_KINDS = ("route", "priced", "timed", "rtimed")
 INT4_ROWS = 2
 """``q4``: the draft's forwards of up to this many rows take 4-bit weights (``KernelChoice.int4_rows``)."""
 
@@ -177,7 +178,9 @@ def parse_ours(spec: str) -> dict[str, list[tuple[str, list[int]]]]:
     pricing verifications by the target's calibrated cost curve (``pair_methods``' ``curve``), ``timed:k``
     the priced router in measured seconds with a plain step as a third proposal (on the curve's shape);
     the routers give the level below the prompt when a round first goes below (``lazy_lower``), and
-    with the prompt as it comes with ``route:K:1`` / ``priced:K:1`` / ``timed:K:1``;
+    with the prompt as it comes with ``route:K:1`` / ``priced:K:1`` / ``timed:K:1``; ``rtimed:K:N`` the timed
+    router offering Token Recycling trees of N nodes (``drafters/recycle.py``) where it would take a plain
+    step; ``recycle:N`` those trees alone, drafting for the target;
     ``ar`` is plain decoding.
     Name -> levels."""
     out = {}
@@ -195,14 +198,17 @@ def parse_ours(spec: str) -> dict[str, list[tuple[str, list[int]]]]:
                 or not nums
                 or not all(n.isdigit() and int(n) > 0 for n in nums)
                 or len(nums) > (3 if kind in ("copy", *MODEL_KINDS) else 2 if kind in ("ngram", *ROUTER_KINDS) else 1)
-                or (kind in ROUTER_KINDS and len(nums) > 1 and int(nums[1]) != 1)
+                or (kind in ROUTER_KINDS and kind != "rtimed" and len(nums) > 1 and int(nums[1]) != 1)
+                or (kind == "rtimed" and (len(nums) != 2 or int(nums[1]) > len(RANKED_PATHS)))
+                or (kind == "recycle" and int(nums[0]) > len(RANKED_PATHS))
                 or (kind == "ngram" and len(nums) > 1 and int(nums[1]) >= 100)
                 or (kind in MODEL_KINDS and len(nums) > 1 and int(nums[1]) >= 100)
                 or (kind in MODEL_KINDS and len(nums) > 2 and int(nums[2]) > 8)
             ):
                 raise SystemExit(
                     f"--ours: bad level {part!r} in {item!r}; valid: ar, lookup:K, ngram:K[:MIN_TOP_PERCENT], "
-                    f"small:K[:STOP_PERCENT[:ALTS]], fr:..., q4:..., n4:... (STOP_PERCENT 1-99, ALTS 1-8), copy:K[:MIN_MATCH[:MISS_BELOW]], route:K[:1], priced:K[:1], timed:K[:1], joined "
+                    f"small:K[:STOP_PERCENT[:ALTS]], fr:..., q4:..., n4:... (STOP_PERCENT 1-99, ALTS 1-8), copy:K[:MIN_MATCH[:MISS_BELOW]], route:K[:1], priced:K[:1], timed:K[:1], "
+                    f"rtimed:K:NODES, recycle:NODES (NODES 1-{len(RANKED_PATHS)}), joined "
                     f"by '>' lowest first (e.g. ngram:4>small:8>copy:24:8, ngram:4>small:16:40)"
                 )
             levels.append((kind, [int(n) for n in nums]))
@@ -215,9 +221,9 @@ def pair_methods(target, small, spec: str, curve: tuple[float, ...] = ()) -> dic
     ``curve``: the target's T(n) / T(1) that ``priced:k`` routes by (``KernelChoice.step_curve``)."""
     V = target.vocab_size
     kinds = {kind for levels in parse_ours(spec).values() for kind, _ in levels}
-    if {"priced", "timed"} & kinds and not curve:
+    if {"priced", "timed", "rtimed"} & kinds and not curve:
         raise SystemExit(
-            "--ours: priced:K and timed:K need the target's calibrated cost curve (--kernels fast); use route:K"
+            "--ours: priced:K, timed:K and rtimed:K:N need the target's calibrated cost curve (--kernels fast); use route:K"
         )
     fr_model = None
     if "fr" in kinds:
@@ -242,8 +248,10 @@ def pair_methods(target, small, spec: str, curve: tuple[float, ...] = ()) -> dic
                         stop_alternatives=nums[2] if len(nums) > 2 else 0,
                         native=kind == "n4",
                     )
+                elif kind == "recycle":
+                    d = RecycleDrafter(nums[0])
                 elif kind in ROUTER_KINDS:
-                    timed = kind == "timed"
+                    timed = kind in ("timed", "rtimed")
                     d = BypassDrafter(
                         d,
                         k=nums[0],
@@ -252,9 +260,10 @@ def pair_methods(target, small, spec: str, curve: tuple[float, ...] = ()) -> dic
                         prices=RoutePrices(),
                         timed=timed,
                         cost_curve=kind != "route",
-                        lazy_lower=len(nums) == 1,
+                        lazy_lower=len(nums) == 1 or kind == "rtimed",
+                        recycle=RecycleDrafter(nums[1]) if kind == "rtimed" else None,
                     )
-                    if kind in ("priced", "timed"):
+                    if kind in ("priced", "timed", "rtimed"):
                         d.use_step_curve(curve)
                 else:
                     d = BypassDrafter(
