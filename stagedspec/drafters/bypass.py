@@ -142,6 +142,11 @@ class RoutePrices:
     not had this prompt yet (paying its prefill) once rounds below measured on earlier prompts price
     under a plain step. False: such a prompt goes below only where the price says so (rounds below
     never measured, or measured to pay); a level below that has the prompt is explored as before."""
+    copy_decay: float = 1.0
+    """Each round multiplies the copies' kept counts (accepted, rejected, per match length) by this factor
+    (0 < d <= 1): older rounds weigh less, so copies priced on one prompt's long restatements are priced
+    down within a few rounds on a prompt whose copies fail, and counts that sent the router to plain
+    steps fade back to the prior. 1: every round counts alike (before 2026-12-07)."""
     recycle_accepted: float = 1.0
     """``timed`` with a recycle tree (``BypassDrafter(recycle=...)``): the prior of its accepted tokens
     per round, worth ``prior_weight`` rounds."""
@@ -260,6 +265,13 @@ class _RouteStats:
             got[0] += seconds
             got[1] += 1
 
+    def forget(self) -> None:
+        """One round passes: the copies' counts shrink by ``copy_decay``."""
+        g = self.prices.copy_decay
+        if g < 1.0:
+            self.copy_acc = [x * g for x in self.copy_acc]
+            self.copy_short = [x * g for x in self.copy_short]
+
     def record(self, route: tuple[str, int, int], accepted: int, forwards: float, seconds: float = 0.0) -> None:
         """One row's round: ``route`` (kind, match, tokens offered), what was accepted, the
         forwards and seconds of the level below that round."""
@@ -343,6 +355,7 @@ class BypassDrafter(Drafter):
         if self.miss_below and len(self._copied) == len(accepted):
             self._cold = [c and a < self.miss_below for c, a in zip(self._copied, accepted)]
         if self._stats is not None and len(self._routes) == len(accepted):
+            self._stats.forget()
             for route, a in zip(self._routes, accepted):
                 self._stats.record(route, a, self._round_forwards, self._round_seconds)
 

@@ -220,7 +220,8 @@ class BypassLevel:
     (``drafters/bypass.py``)."""
     prices: Any = None
     """With route=priced or timed: ``RoutePrices`` fields to change (row_cost, draft_cost,
-    prior_weight, prior_accepted, copy_weight, explore, first_look, explore_cold); None: its defaults."""
+    prior_weight, prior_accepted, copy_weight, explore, first_look, explore_cold, copy_decay, recycle_accepted); None:
+    its defaults."""
     cost_curve: bool = False
     """With route=priced: cost a verification of n rows at the target's calibrated T(n) / T(1)
     (``KernelChoice.step_curve``, handed over by the job) instead of ``1 + row_cost * n``."""
@@ -249,6 +250,10 @@ class BypassLevel:
                     raise ValueError(f"level {self.name!r}: prices.{key} must be true or false, got {value!r}")
             elif isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
                 raise ValueError(f"level {self.name!r}: prices.{key} must be a finite number >= 0, got {value!r}")
+            elif key == "copy_decay" and not 0 < value <= 1:
+                raise ValueError(
+                    f"level {self.name!r}: prices.copy_decay must be in (0, 1] (1: no decay), got {value!r}"
+                )
         if not (_is_int(self.min_match) and _is_int(self.max_match) and 1 <= self.min_match <= self.max_match):
             raise ValueError(
                 f"level {self.name!r}: need 1 <= min_match <= max_match, got min_match="

@@ -537,3 +537,20 @@ def test_paper_table_takes_each_methods_headline_run_not_an_axis_point():
     assert table.loc[0, staged] == "33.60 (4.37 [3.87, 4.87]×)"
     assert table.loc[0, "copy>target"] == "34.80 (4.57 [4.07, 5.07]×)"
     assert list(table.columns) == ["decoding", "plain (tokens/s)", "copy>target", staged]
+
+
+def test_break_even_acceptance_by_hand():
+    """Curve T(n) / T(1) = 1 + 0.5 (n - 1), a draft token at 0.25 forwards, so a chain of g costs 1 + 0.75 g:
+    a chain of 1 pays once (1 + alpha) / 1.75 >= 1, alpha >= 0.75; a chain of 2 needs 1 + alpha + alpha^2 >= 2.5,
+    alpha >= (sqrt(7) - 1) / 2 = 0.823: the break-even is 0.75. At alpha 0.9 the best chain is 1 (1.9 / 1.75 =
+    1.0857 against 2.71 / 2.5 = 1.084); at 0.95 it is 3 (3.709875 / 3.25 = 1.1415 against 2.8525 / 2.5 = 1.141
+    and 4.52438 / 4 = 1.131)."""
+    from analysis.theory import best_chain, break_even_alpha
+
+    curve = [1 + 0.5 * i for i in range(6)]
+    assert abs(break_even_alpha(0.25, curve) - 0.75) < 1e-6
+    assert best_chain(0.9, 0.25, curve) == (1, pytest.approx(1.9 / 1.75))
+    assert best_chain(0.95, 0.25, curve) == (3, pytest.approx(3.709875 / 3.25))
+    assert break_even_alpha(2.0, curve) == 1.0  # a draft dearer than the target never pays
+    with pytest.raises(ValueError, match="starts at T"):
+        best_chain(0.9, 0.25, [2.0, 3.0])
