@@ -37,6 +37,8 @@ def test_draft_length_below_one(level):
         ({"explore": True}, r"prices\.explore must be a finite number >= 0, got True"),
         ({"first_look": -1}, r"prices\.first_look must be a finite number >= 0, got -1"),
         ({"explore_warm": True}, r"unknown prices\.explore_warm; valid: \[.*'explore_cold'"),
+        ({"copy_decay": 1.5}, r"prices\.copy_decay must be in \(0, 1\] \(1: no decay\), got 1\.5"),
+        ({"copy_decay": 0}, r"prices\.copy_decay must be in \(0, 1\]"),
     ],
 )
 def test_router_prices_of_the_wrong_kind_are_refused_by_name(prices, message):

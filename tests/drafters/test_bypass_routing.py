@@ -461,3 +461,21 @@ def test_rounds_of_copies_do_not_count_toward_exploring_below():
         routes.append(_tokens(d.propose([ctx])[0]))
         d.feedback([len(routes[-1]) if routes[-1] != [99] else 0])  # copies accepted whole
     assert routes == [[], [6, 5], [6, 5], [], [99], []] and below.calls == 1
+
+
+def test_copy_decay_shrinks_the_kept_copy_counts_each_round_by_hand():
+    """copy_decay 0.5, copy_weight 1. A 1-token match's copy of 2 ("6 5" after "5 6 5") with 1 accepted:
+    accepted 1 at match 1, rejected 1 at match 2; a_1 = (1 + 1) / (1 + 2) = 2 / 3. The next round (a plain
+    step: no feedback on copies) halves them first: a_1 = (0.5 + 1) / (0.5 + 2) = 0.6, a_2 = (0 + 2) / (0.5 +
+    3). Without decay the counts stay (a_1 = 2 / 3)."""
+    for decay, a1, a2 in ((0.5, 0.6, 2 / 3.5), (1.0, 2 / 3, 2 / 4)):
+        prices = RoutePrices(copy_decay=decay, copy_weight=1.0, row_cost=0.0, draft_cost=50.0, explore=0)
+        d = BypassDrafter(BelowOne(), k=2, prices=prices, timed=True)
+        d.reset(1)
+        assert _tokens(d.propose([[5, 6, 5]])[0]) == [6, 5]
+        d.feedback([1])
+        s = d._stats
+        assert s.copy_acc[1] == 1 and s.copy_short[2] == 1 and abs(s.copy_alpha(1) - 2 / 3) < 1e-12
+        d.propose([[1, 2, 3]])  # no match: a plain step (or below), a round all the same
+        d.feedback([0])
+        assert abs(s.copy_alpha(1) - a1) < 1e-12 and abs(s.copy_alpha(2) - a2) < 1e-12
