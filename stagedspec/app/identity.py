@@ -24,6 +24,7 @@ HASHED_TARGETS = {
         f"stagedspec.drafters.hierarchy.{c}": f"stagedspec.hierarchy.{c}"
         for c in ("NgramLevel", "PromptLookupLevel", "BypassLevel", "ModelLevel", "TrainedLevel")
     },
+    "stagedspec.drafters.hierarchy.RecycleLevel": "stagedspec.drafters.hierarchy.RecycleLevel",  # new since the rooms
     "stagedspec.models.model_loading.ModelSpec": "stagedspec.models.ModelSpec",
     "stagedspec.engine.sampling.SamplingConfig": "stagedspec.sampling.SamplingConfig",
 }

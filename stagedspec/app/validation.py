@@ -21,19 +21,14 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from stagedspec.drafters.hierarchy import target_facing, validate_levels
+from stagedspec.drafters.hierarchy import LEVEL_TYPES, target_facing, validate_levels
 from stagedspec.models.model_loading import SOURCES, check_cache_dir, peek_context_length, peek_vocab_size
 from stagedspec.prompts import prompt_sets, splits
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
-LEVEL_TARGETS = (
-    "stagedspec.drafters.hierarchy.NgramLevel",
-    "stagedspec.drafters.hierarchy.PromptLookupLevel",
-    "stagedspec.drafters.hierarchy.BypassLevel",
-    "stagedspec.drafters.hierarchy.ModelLevel",
-    "stagedspec.drafters.hierarchy.TrainedLevel",
-)
+LEVEL_TARGETS = tuple(f"{t.__module__}.{t.__name__}" for t in LEVEL_TYPES)
+"""Every level type's ``_target_`` (``drafters/hierarchy.py``'s ``LEVEL_TYPES``)."""
 ALLOWED_TARGETS = LEVEL_TARGETS + (
     "stagedspec.models.model_loading.ModelSpec",
     "stagedspec.engine.sampling.SamplingConfig",
