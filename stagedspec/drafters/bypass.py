@@ -425,7 +425,7 @@ class BypassDrafter(Drafter):
         else:
             lower_rate = stats.lower_rate(below) if self.lower is not None else 0.0
         plain_rate = stats.plain_rate() if self.timed else 0.0
-        grown = [self.recycle.propose([c])[0] for c in contexts] if self.recycle is not None and self.timed else []
+        grown = self.recycle.propose(contexts) if self.recycle is not None and self.timed else []
         full = len(self.recycle.template) if grown else 0
         alt_rate = max(plain_rate, stats.recycle_rate(full) if full else 0.0)
         plain = self.timed and max(lower_rate, 0.0) < alt_rate

@@ -170,11 +170,6 @@ class PromptLookupLevel:
         return PromptLookupDrafter(k=self.k, max_ngram=self.max_ngram, min_ngram=self.min_ngram, name=self.name)
 
 
-def _paths(value: Any) -> Any:
-    """A config list (OmegaConf's too) as a plain list; anything else as given, for the check to name."""
-    return value if isinstance(value, str) or not hasattr(value, "__iter__") else list(value)
-
-
 @dataclass
 class RecycleLevel:
     """Token Recycling drafting for the target alone (``drafters/recycle.py``): each round a tree
@@ -189,15 +184,15 @@ class RecycleLevel:
     @property
     def k(self) -> int:
         """The template's depth (its longest rank path)."""
-        return max(len(p) for p in parse_template(_paths(self.template), f"level {self.name!r}: template"))
+        return max(len(p) for p in parse_template(self.template, f"level {self.name!r}: template"))
 
     def validate(self) -> None:
-        parse_template(_paths(self.template), f"level {self.name!r}: template")
+        parse_template(self.template, f"level {self.name!r}: template")
 
     def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
         if lower is not None:
             raise ValueError(f"level {self.name!r}: a recycle level drafts for the target alone (no level below it)")
-        return RecycleDrafter(_paths(self.template), name=self.name)
+        return RecycleDrafter(self.template, name=self.name)
 
 
 @dataclass
@@ -270,7 +265,7 @@ class BypassLevel:
                     f"level {self.name!r}: recycle trees are priced against a plain step, so they need "
                     f"route=timed, got route={self.route!r} (or recycle=null)"
                 )
-            parse_template(_paths(self.recycle), f"level {self.name!r}: recycle")
+            parse_template(self.recycle, f"level {self.name!r}: recycle")
 
     def build(self, lower: Drafter | None, target: LoadedModel, loader: Callable[[ModelSpec], LoadedModel]) -> Drafter:
         return BypassDrafter(
@@ -284,7 +279,7 @@ class BypassLevel:
             cost_curve=self.cost_curve,
             timed=self.route == "timed",
             lazy_lower=self.lazy_lower,
-            recycle=RecycleDrafter(_paths(self.recycle)) if self.recycle is not None else None,
+            recycle=RecycleDrafter(self.recycle) if self.recycle is not None else None,
         )
 
 

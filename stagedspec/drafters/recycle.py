@@ -104,7 +104,6 @@ class RecycleDrafter(Drafter):
         self.template = parse_template(template, f"level {name!r}")
         self.name = name
         self.table = SuccessorTable(1 + max(int(c) for p in self.template for c in p))
-        self.calls, self.seconds = 0, 0.0
 
     @property
     def successors(self) -> int:
