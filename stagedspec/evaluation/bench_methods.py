@@ -200,7 +200,7 @@ def parse_ours(spec: str) -> dict[str, list[tuple[str, list[int]]]]:
                 or len(nums) > (3 if kind in ("copy", *MODEL_KINDS) else 2 if kind in ("ngram", *ROUTER_KINDS) else 1)
                 or (kind in ROUTER_KINDS and kind != "rtimed" and len(nums) > 1 and int(nums[1]) != 1)
                 or (kind == "rtimed" and (len(nums) != 2 or int(nums[1]) > len(RANKED_PATHS)))
-                or (kind == "recycle" and int(nums[0]) > len(RANKED_PATHS))
+                or (kind == "recycle" and (int(nums[0]) > len(RANKED_PATHS) or ">" in item))
                 or (kind == "ngram" and len(nums) > 1 and int(nums[1]) >= 100)
                 or (kind in MODEL_KINDS and len(nums) > 1 and int(nums[1]) >= 100)
                 or (kind in MODEL_KINDS and len(nums) > 2 and int(nums[2]) > 8)
@@ -208,7 +208,7 @@ def parse_ours(spec: str) -> dict[str, list[tuple[str, list[int]]]]:
                 raise SystemExit(
                     f"--ours: bad level {part!r} in {item!r}; valid: ar, lookup:K, ngram:K[:MIN_TOP_PERCENT], "
                     f"small:K[:STOP_PERCENT[:ALTS]], fr:..., q4:..., n4:... (STOP_PERCENT 1-99, ALTS 1-8), copy:K[:MIN_MATCH[:MISS_BELOW]], route:K[:1], priced:K[:1], timed:K[:1], "
-                    f"rtimed:K:NODES, recycle:NODES (NODES 1-{len(RANKED_PATHS)}), joined "
+                    f"rtimed:K:NODES, recycle:NODES alone (NODES 1-{len(RANKED_PATHS)}), joined "
                     f"by '>' lowest first (e.g. ngram:4>small:8>copy:24:8, ngram:4>small:16:40)"
                 )
             levels.append((kind, [int(n) for n in nums]))

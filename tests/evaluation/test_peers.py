@@ -439,6 +439,23 @@ def test_parse_ours_reads_model_levels_with_stop_and_alternatives():
             bench_methods.parse_ours(bad)
 
 
+def test_parse_ours_reads_recycled_trees_alone_and_under_the_timed_router():
+    got = bench_methods.parse_ours("recycle:3, ngram:1:30>n4:12:50:2>rtimed:24:6")
+    assert got == {
+        "recycle:3": [("recycle", [3])],
+        "ngram:1:30>n4:12:50:2>rtimed:24:6": [("ngram", [1, 30]), ("n4", [12, 50, 2]), ("rtimed", [24, 6])],
+    }
+    # a recycle level learns from the target's calls: beside other levels it would never hear them
+    for bad, part in (
+        ("recycle:21", "recycle:21"),
+        ("lookup:4>recycle:3", "recycle:3"),
+        ("rtimed:24", "rtimed:24"),
+        ("rtimed:24:21", "rtimed:24:21"),
+    ):
+        with pytest.raises(SystemExit, match=f"bad level {part!r}.*recycle:NODES alone"):
+            bench_methods.parse_ours(bad)
+
+
 def test_weights_give_each_of_our_methods_the_plan_with_or_without_its_4bit_rows():
     from stagedspec.engine.kernels import KernelChoice
 
