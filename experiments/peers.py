@@ -117,6 +117,8 @@ def config_hash(args, files: dict[str, Path], methods: list[str] | None = None) 
     d = {k: getattr(args, k, None) for k in HASHED}
     if getattr(args, "split", "all") != "all":  # all: the prompts of before splits, the same hash
         d["split"] = args.split
+    if getattr(args, "coupling", "residual") != "residual":  # residual: the runs of before the option
+        d["coupling"] = args.coupling
     if not getattr(args, "fresh_drafters", True):  # kept drafters (2026-12-07): not resumed from fresh ones
         d["kept_drafters"] = True
     d["files"] = {
@@ -214,6 +216,13 @@ def parse_args(argv=None):
         type=int,
         default=0,
         help="repeat r of prompt i samples with seed SEED + r + 1009 i, every method (HF: torch's global generator)",
+    )
+    ap.add_argument(
+        "--coupling",
+        default="residual",
+        choices=["residual", "gumbel"],
+        help="our methods' sampling rule (gumbel: every one of them emits the same tokens for a cell's seed, "
+        "so per-prompt ratios compare the same text; engine/coupling.py)",
     )
     ap.add_argument("--k", type=int, default=4, help="draft length of the chains")
     ap.add_argument(
@@ -334,7 +343,8 @@ def main(argv=None) -> None:
     probes = {"read": [read_bandwidth()], "copy": [copy_bandwidth()]}  # again after the runs: it drifts
     plan = kernel_plan(target, args.kernels)
     wbytes = step_bytes(target.model, plan=plan)
-    sampling = SamplingConfig(temperature=args.temperature, seed=args.seed)  # a cell: bench_log.Cell.seed
+    # a cell: bench_log.Cell.seed
+    sampling = SamplingConfig(temperature=args.temperature, seed=args.seed, coupling=args.coupling)
 
     if args.draft:
         dspec = ModelSpec(source="embedded", embedded=args.draft, dtype=args.dtype, device=args.device)
@@ -406,9 +416,13 @@ def main(argv=None) -> None:
     probes["copy"].append(copy_bandwidth())
     bandwidth = max(probes["read"])  # the strictest floor the run saw
     floor = wbytes / bandwidth
-    tables = summarize(records, cats, greedy, floor, reference=REFERENCE if REFERENCE in methods else "ar")
+    ref = REFERENCE if REFERENCE in methods else "ar"
+    # gumbel: only our methods share the seed's tokens (HF's generate samples its own way)
+    same = args.coupling == "gumbel" and ref == "ar"
+    tables = summarize(records, cats, greedy, floor, reference=ref, same_samples=same)
     head = (
-        f"## Peers: {args.data}, {len(prompts)} {args.split}-split prompts x {args.max_new_tokens} new tokens, T={args.temperature:g}, "
+        f"## Peers: {args.data}, {len(prompts)} {args.split}-split prompts x {args.max_new_tokens} new tokens, T={args.temperature:g}"
+        f"{' (gumbel coupling: our methods emit the same tokens per seed)' if args.coupling == 'gumbel' and not greedy else ''}, "
         f"{args.dtype}, {args.threads} threads, {args.repeats} repeats\n\n"
         f"Physical limit: {wbytes / 1e6:.1f} MB of weights read per step / {bandwidth / 1e9:.2f} GB/s read "
         f"bandwidth = **{floor * 1e3:.2f} ms** per target call (column *floor s/call*). Probes before and after "

@@ -17,6 +17,8 @@ the tiny models from ``helpers.py``), never from each other
 
 from __future__ import annotations
 
+import dataclasses
+
 import ast
 import functools
 import math
@@ -155,7 +157,7 @@ def draw(
         dec = SpeculativeDecoder(
             target.model,
             drafter_factory(),
-            SamplingConfig(temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p, seed=cfg.seed + i),
+            dataclasses.replace(cfg, seed=cfg.seed + i),
             plan=plan,
         )
         for s in dec.generate([PROMPT] * batch, N_TOKENS).sequences:
@@ -236,7 +238,7 @@ def draw_positions_3_4(factory, cfg: SamplingConfig, n: int, batch: int = 1000) 
         dec = SpeculativeDecoder(
             target.model,
             factory(),
-            SamplingConfig(temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p, seed=cfg.seed + i),
+            dataclasses.replace(cfg, seed=cfg.seed + i),
         )
         for s in dec.generate([PROMPT] * batch, 4).sequences:
             counts[s.output_ids[2] * V + s.output_ids[3]] += 1

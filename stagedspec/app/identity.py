@@ -67,12 +67,14 @@ def config_hash(cfg: DictConfig) -> str:
     path resolved (so ``data.path=null`` with $STAGEDSPEC_DATA and that file's path hash
     alike; a packaged prompt set has no path in the hash: its pinned version fixes it).
     ``data.split`` ``all`` hashes as no split at all (``_hashed_data``), ``target.backend``
-    ``torch`` as no backend key."""
+    ``torch`` as no backend key, ``sampling.coupling`` ``residual`` as no coupling key."""
     payload = _without(cfg, HASH_EXCLUDED_KEYS)
     payload["levels"] = [level_dict(s, d) for s, d in level_slots(cfg)]
     payload["data"] = _hashed_data(dict(payload.get("data") or {}))
     if isinstance(payload.get("target"), dict) and payload["target"].get("backend") == "torch":
         del payload["target"]["backend"]  # the default hashes as before the setting existed
+    if isinstance(payload.get("sampling"), dict) and payload["sampling"].get("coupling") == "residual":
+        del payload["sampling"]["coupling"]  # likewise
     text = json.dumps(_hashed_targets(payload), sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
 

@@ -156,7 +156,7 @@ def _decode(plan: JobPlan, job: Job, job_num: int):
 def _measure(plan: JobPlan, job: Job, run, ar, plain: list[dict], compared: bool, prediction) -> dict[str, float]:
     """The job's metrics; greedy beside plain decoding (``compared``; ``plain`` its records)
     also where and why the outputs left it."""
-    metrics = job_metrics(run, ar, plan.sampling.greedy, prediction)
+    metrics = job_metrics(run, ar, plan.sampling.drafter_invariant, prediction)
     if plan.sampling.greedy and compared:
         found = divergences(job.target.model, run.records, plain)
         for rec, d in zip(run.records, found):

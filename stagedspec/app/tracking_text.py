@@ -87,7 +87,7 @@ def child_note(name: str, m: dict[str, float], data_text: str, max_new_tokens: i
             "target-scored positions discarded"
         )
     if "ar_match_rate" in m:
-        line = f"- Greedy output identical to plain decoding on {100 * m['ar_match_rate']:.0f}% of prompt turns"
+        line = f"- Output identical to plain decoding on {100 * m['ar_match_rate']:.0f}% of prompt turns"
         if m.get("ar_divergences"):
             line += (
                 f"; the others leave it at token {m['ar_first_divergence_min']:.0f} at the earliest, where "

@@ -25,7 +25,7 @@ from stagedspec.engine.kernels import HF_KERNELS
 from stagedspec.engine.kv_cache import KVModel
 from stagedspec.engine.sampling import probabilities
 from stagedspec.engine.tree import DraftTree, DynamicShape, StaticShape, TreeShapeT, chain
-from stagedspec.engine.verification import verify_tree, verify_tree_greedy
+from stagedspec.engine.verification import verify_tree_greedy
 from .tree_growth import Expand, NodeDist, confident, grow_trees
 
 
@@ -137,9 +137,9 @@ class ModelDrafter(Drafter):
                 cursor[b] += 1
             return out
 
-        return self._grow(roots, expand)
+        return self._grow(roots, expand, contexts)
 
-    def _grow(self, roots: list[NodeDist | None], expand: Expand) -> list[DraftTree]:
+    def _grow(self, roots: list[NodeDist | None], expand: Expand, contexts: list[list[int]]) -> list[DraftTree]:
         """``grow_trees`` with this drafter's shape, cap, sampling and stopping rule."""
         return grow_trees(
             self.tree,
@@ -147,10 +147,11 @@ class ModelDrafter(Drafter):
             roots,
             expand,
             self.sampling,
-            self.generator,
+            self.sampler,
             self.name,
             self.stop_below,
             self.stop_alternatives,
+            positions=[len(c) for c in contexts],
         )
 
     def _spine_length(self) -> int:
@@ -181,7 +182,8 @@ class ModelDrafter(Drafter):
             accepted = [0] * B
             for b in range(B):
                 if need[b]:
-                    accepted[b] = self._take_inner_round(spines, b, drafts[b], logits[b], pending, first, m)
+                    at = len(contexts[b]) + len(spines.tokens[b])
+                    accepted[b] = self._take_inner_round(spines, b, drafts[b], logits[b], pending, first, m, at)
             lower.feedback(accepted)
             first = False
         return self._grow_from_spine(contexts, spines)
@@ -203,11 +205,12 @@ class ModelDrafter(Drafter):
         return tokens, parents, wanted
 
     def _take_inner_round(
-        self, spines: _Spines, b: int, d: DraftTree, lg: torch.Tensor, pending: int, first: bool, m: int
+        self, spines: _Spines, b: int, d: DraftTree, lg: torch.Tensor, pending: int, first: bool, m: int, at: int
     ) -> int:
         """Verify row b's lower draft against this model's logits ``lg`` and extend the
         spine by the emitted tokens (up to ``m``, or a pick this model was unsure of);
-        returns how many of the lower level's tokens were accepted."""
+        returns how many of the lower level's tokens were accepted. ``at``: the position in
+        row b's sequence of the draft's first token (the context's length plus the spine's)."""
         root = pending + len(spines.unfed[b]) - 1
         if first:
             spines.root_slot[b] = root
@@ -219,7 +222,7 @@ class ModelDrafter(Drafter):
             path, tok = verify_tree_greedy(d, lg.argmax(-1).tolist())
         else:
             p = probabilities(lg, self.sampling)
-            path, tok = verify_tree(d, p, self.generator)
+            path, tok = self.sampler.verify(d, p, b, at)
         # each emitted token is distributed as this model's q at its position
         tokens = [d.tokens[i] for i in path] + [tok]
         rows = [0] + [i + 1 for i in path]
@@ -257,7 +260,7 @@ class ModelDrafter(Drafter):
             return self._expand_around_spine(nodes, trees, spines, on_spine, slot)
 
         roots = [spines.known[b][0] for b in range(B)]  # the first inner round ran for every row
-        trees = self._grow(roots, expand)
+        trees = self._grow(roots, expand, contexts)
         on_spine.forget()  # a dynamic tree was pruned and renumbered: node ids changed
         for b, tree in enumerate(trees):
             for n in range(len(tree)):

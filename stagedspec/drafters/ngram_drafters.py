@@ -97,7 +97,16 @@ class KatzNgramDrafter(Drafter):
 
         self.calls += 1
         roots = [self._next_token_dist(b, ctx) for b, ctx in enumerate(contexts)]
-        return grow_trees(self.tree, self.k, roots, expand, self.sampling, self.generator, self.name)
+        return grow_trees(
+            self.tree,
+            self.k,
+            roots,
+            expand,
+            self.sampling,
+            self.sampler,
+            self.name,
+            positions=[len(c) for c in contexts],
+        )
 
 
 class PromptLookupDrafter(Drafter):

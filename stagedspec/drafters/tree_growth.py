@@ -10,7 +10,8 @@ from collections.abc import Callable
 
 import torch
 
-from stagedspec.engine.sampling import SamplingConfig, probabilities, sample
+from stagedspec.engine.coupling import Sampler
+from stagedspec.engine.sampling import SamplingConfig, probabilities
 from stagedspec.engine.tree import DraftTree, DynamicShape, StaticShape, TreeShapeT, chain
 
 
@@ -83,12 +84,13 @@ def _alternatives(raw: torch.Tensor, exclude: int, n: int) -> list[int]:
 
 
 def _candidates(
-    dist: NodeDist, ranks: list[int], sampling: SamplingConfig, gen: torch.Generator | None
+    dist: NodeDist, ranks: list[int], sampling: SamplingConfig, sampler: Sampler, row: int, position: int
 ) -> list[tuple[int, int, torch.Tensor | None]]:
     """(rank, token, q-or-None) for the requested candidate ranks of one node.
 
     Rank 0 is the drafter's own pick: ``dist.pick`` if a lower stage drew it, else a
-    sample from q when sampling, else the argmax; it carries q (None when greedy). Ranks
+    sample from q when sampling (the sampler's draw for the token at ``position`` of row
+    ``row``), else the argmax; it carries q (None when greedy). Ranks
     r >= 1 are the draft's r-th most preferred tokens by its raw scores, excluding rank 0,
     offered as point masses (deterministic given rank 0, so the verifier stays exact).
     """
@@ -96,7 +98,7 @@ def _candidates(
         x0, q0 = int(dist.pick), dist.q
     elif not sampling.greedy:
         assert dist.q is not None
-        x0, q0 = sample(dist.q, gen), dist.q
+        x0, q0 = sampler.draw(dist.q, row, position), dist.q
     else:
         x0, q0 = int(torch.argmax(dist.raw).item()), None
     out = [(0, x0, q0)] if 0 in ranks else []
@@ -111,10 +113,11 @@ def grow_trees(
     roots: list[NodeDist | None],
     expand: Expand,
     sampling: SamplingConfig,
-    gen: torch.Generator | None,
+    gen: Sampler | torch.Generator | None,
     origin: str,
     stop_below: float = 0.0,
     stop_alternatives: int = 0,
+    positions: list[int] | None = None,
 ) -> list[DraftTree]:
     """Grow one tree per row from what the drafter knows at each root (None = no draft for
     that row); ``expand`` is called once per depth with every row's new nodes (and may
@@ -124,7 +127,12 @@ def grow_trees(
     ``stop_alternatives`` best tokens as leaves (ranks the shape does not already offer
     there): where the draft stops it is likeliest to be wrong, and its runners-up come
     from the distribution it already has, so they cost the draft nothing. Whether they
-    are offered depends only on the draft's own distribution and pick, like the stop."""
+    are offered depends only on the draft's own distribution and pick, like the stop.
+    ``positions[b]``: where in row b's sequence the root's next token goes (its context's
+    length), for a ``gumbel`` sampler's draws (``engine/coupling.py``)."""
+    sampler = Sampler.wrap(sampling, gen)
+    if sampler.gumbel and positions is None:
+        raise ValueError(f"{origin}: coupling=gumbel draws by position: grow_trees needs positions")
     trees = [DraftTree() for _ in roots]
     if isinstance(shape, DynamicShape):
         _grow_dynamic(shape, trees, roots, expand, origin)
@@ -143,7 +151,8 @@ def grow_trees(
             if not ranks:
                 continue
             unsure = None
-            for r, tok, qq in _candidates(dist, ranks, sampling, gen):
+            pos = d - 1 if positions is None else positions[b] + d - 1
+            for r, tok, qq in _candidates(dist, ranks, sampling, sampler, b, pos):
                 go_on = r > 0 or confident(dist, tok, stop_below)
                 added.append((b, trees[b].add(tok, node, qq, origin, r), path + (r,), go_on))
                 if r == 0 and not go_on:

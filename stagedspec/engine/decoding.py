@@ -14,12 +14,13 @@ import torch
 
 from stagedspec.metrics.round_stats import GenerationResult, PhaseTimes, RoundStats, SequenceResult
 from stagedspec.metrics.run_schema import TARGET, method_name
+from .coupling import Sampler
 from .drafter_protocol import Drafter
 from .kernels import HF_KERNELS, KernelChoice
 from .kv_cache import KVModel
 from .sampling import SamplingConfig, probabilities
 from .tree import DraftTree
-from .verification import verify_tree, verify_tree_greedy
+from .verification import verify_tree_greedy
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,8 @@ class SpeculativeDecoder:
         the level that proposed each, the round's ``RoundStats``, and ``"eos"``/``"length"``
         when the sequence ended there (else ""). Its time counts in the round's overhead."""
         self._validate(prompts, max_new_tokens)
-        gen = torch.Generator().manual_seed(self.sampling.seed)
+        gen = Sampler(self.sampling)
+        gen.reset(len(prompts))
         draft_name = self.drafter.name if self.drafter is not None else None
         results = [SequenceResult(prompt_ids=list(p), draft_level=draft_name) for p in prompts]
         contexts = [list(p) for p in prompts]
@@ -123,7 +125,7 @@ class SpeculativeDecoder:
         self._forward_times(res, fwd0)
         return res
 
-    def _prefill(self, contexts: list[list[int]], gen: torch.Generator) -> _Features | None:
+    def _prefill(self, contexts: list[list[int]], gen: Sampler) -> _Features | None:
         """Reset the caches, set the drafter up and cache all but each prompt's last token,
         which is the first round's root; the target's hidden states for a feature draft."""
         self.kv.reset(len(contexts))
@@ -142,7 +144,7 @@ class SpeculativeDecoder:
         results: list[SequenceResult],
         active: list[int],
         features: _Features | None,
-        gen: torch.Generator,
+        gen: Sampler,
         res: GenerationResult,
         max_new_tokens: int,
         on_round: OnRound | None,
@@ -166,7 +168,7 @@ class SpeculativeDecoder:
         accepted, keep = [], []
         n_max = max(widths)
         for row, (i, tree) in enumerate(zip(active, trees)):
-            path, tok = self._verify(tree, logits[row], gen)
+            path, tok = self._verify(tree, logits[row], gen, row, len(contexts[i]))
             accepted.append(len(path))
             if features is not None:  # the target's states at what it now holds: tail + accepted path
                 n_tail = tail_lens[row]
@@ -174,6 +176,7 @@ class SpeculativeDecoder:
             new, origin, stats = self._commit(
                 contexts[i], results[i], tree, path, tok, max_new_tokens, padding=n_max - widths[row]
             )
+            gen.release(row, len(contexts[i]))
             if not results[i].finished_reason:
                 keep.append(row)
             if on_round is not None:
@@ -183,6 +186,7 @@ class SpeculativeDecoder:
             self.drafter.observe_round(t2 - t1, n_max)
         if len(keep) < len(active):
             self.kv.keep_rows(keep)
+            gen.keep_rows(keep)
             if features is not None:
                 features.keep_rows(keep)
             if self.drafter is not None:
@@ -204,11 +208,14 @@ class SpeculativeDecoder:
             top = lg[: 1 + len(tree)].topk(k, dim=-1).indices.tolist()
             self.drafter.observe_successors([ctx[-1], *tree.tokens], top)
 
-    def _verify(self, tree: DraftTree, logits: torch.Tensor, gen: torch.Generator) -> tuple[list[int], int]:
-        """The accepted path through ``tree`` and the token the target adds after it."""
+    def _verify(
+        self, tree: DraftTree, logits: torch.Tensor, gen: Sampler, row: int, position: int
+    ) -> tuple[list[int], int]:
+        """The accepted path through ``tree`` and the token the target adds after it; the root's
+        next token is at ``position`` of the row's sequence."""
         if self.sampling.greedy:
             return verify_tree_greedy(tree, logits.argmax(-1).tolist())
-        return verify_tree(tree, probabilities(logits, self.sampling), gen)
+        return gen.verify(tree, probabilities(logits, self.sampling), row, position)
 
     def _commit(
         self,

@@ -16,6 +16,7 @@ from abc import ABC, abstractmethod
 
 import torch
 
+from .coupling import Sampler
 from .kernels import HF_KERNELS, KernelChoice
 from .sampling import SamplingConfig
 from .tree import AutoShape, DraftTree, TreeShapeT
@@ -32,10 +33,15 @@ class Drafter(ABC):
     for the target can have them."""
 
     def setup(
-        self, sampling: SamplingConfig, generator: torch.Generator | None, plan: KernelChoice = HF_KERNELS
+        self,
+        sampling: SamplingConfig,
+        generator: Sampler | torch.Generator | None,
+        plan: KernelChoice = HF_KERNELS,
     ) -> None:
         """Called by the level above before decoding: the sampling rule applies to q too,
         and model levels run their forwards through the same kernel plan as the target.
+        ``generator``: the job's ``Sampler`` (the decoder's, shared by every level), or a bare
+        generator (a level used on its own: a sampler over it, ``Sampler.wrap``).
         A ``tree=auto`` must be resolved to a shape before (``stagedspec/tuning/``, from a
         job's assembly): the engine never measures nor chooses."""
         if isinstance(self.tree, AutoShape):
@@ -45,9 +51,10 @@ class Drafter(ABC):
                 "(evaluation.job.assemble_job does)"
             )
         self.sampling = sampling
-        self.generator = generator
+        self.sampler = Sampler.wrap(sampling, generator)
+        self.generator = self.sampler.generator
         if self.lower is not None:
-            self.lower.setup(sampling, generator, plan)
+            self.lower.setup(sampling, self.sampler, plan)
 
     def reset(self, batch_size: int) -> None:
         if self.lower is not None:

@@ -34,6 +34,10 @@ class SamplingConfig:
     """0 disables top-k."""
     top_p: float = 1.0
     seed: int = 0
+    coupling: str = "residual"
+    """How drafts and the target share randomness when sampling (``coupling.py``): ``residual``,
+    the papers' acceptance rule; ``gumbel``, drafter-invariant (every method emits the same
+    tokens for a seed). Ignored when greedy."""
 
     def __post_init__(self) -> None:
         # nan passes every comparison (nan < 0 is False: every draft accepted, then a crash
@@ -46,10 +50,18 @@ class SamplingConfig:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
         if not _is_int(self.seed) or self.seed < 0:
             raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
+        if self.coupling not in ("residual", "gumbel"):
+            raise ValueError(f"coupling must be 'residual' or 'gumbel', got {self.coupling!r}")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+    @property
+    def drafter_invariant(self) -> bool:
+        """Every method emits plain decoding's tokens for this config (greedy, or ``gumbel``
+        coupling), up to the rounding of the forwards: outputs can be compared token for token."""
+        return self.greedy or self.coupling == "gumbel"
 
 
 def probabilities(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:

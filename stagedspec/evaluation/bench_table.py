@@ -69,6 +69,18 @@ def _differing(recs: list[dict], ref_out: dict[int, list[int]]) -> int:
     return len(bad)
 
 
+def _differing_samples(recs: list[dict], ref: dict[tuple[int, int], dict]) -> int:
+    """How many prompts have, in some repeat, an output other than the reference's in that
+    repeat (a sampled run whose methods emit the same tokens per seed: ``coupling=gumbel``)."""
+    bad = set()
+    for r in recs:
+        for j, (i, o) in enumerate(zip(r["prompts"], r["outputs"])):
+            other = ref.get((i, r["repeat"]))
+            if other is not None and other["prompts"] == r["prompts"] and o != other["outputs"][j]:
+                bad.add(i)
+    return len(bad)
+
+
 def _table_row(
     method: str,
     batch: int,
@@ -77,6 +89,7 @@ def _table_row(
     ref_out: dict[int, list[int]],
     greedy: bool,
     min_s_per_call: float | None,
+    same_samples: bool = False,
 ) -> dict:
     """One table row: a method at one batch size over ``recs``, its speedup a geometric mean
     over prompt groups of median-over-repeats ratios to the reference."""
@@ -104,7 +117,9 @@ def _table_row(
         "groups": len(ratios),
         "tokens_per_call": tokens / rounds if rounds else None,
         "acceptance": accepted / drafted if drafted else None,
-        "differing_outputs": _differing(recs, ref_out) if greedy else None,
+        "differing_outputs": (
+            _differing(recs, ref_out) if greedy else _differing_samples(recs, ref) if same_samples else None
+        ),
         "s_per_target_call": s_call,
         "min_s_per_target_call": min_s_per_call if s_call is not None else None,
     }
@@ -116,16 +131,19 @@ def summarize(
     greedy: bool,
     min_s_per_call: float | None = None,
     reference: str = REFERENCE,
+    same_samples: bool = False,
 ) -> dict[str, list[dict]]:
     """Table rows: "overall" (every method x batch size) and one table per category
-    (batch 1, where a group is one prompt of one category)."""
+    (batch 1, where a group is one prompt of one category). ``same_samples``: a sampled run
+    whose methods should emit the reference's tokens repeat by repeat (``coupling=gumbel``):
+    its *differing outputs* count the prompts where one did not."""
     by_row: dict[tuple[str, int], list[dict]] = {}
     for r in records:
         by_row.setdefault((r["method"], r["batch"]), []).append(r)
     ref, ref_out = _reference(records, reference)
 
     def row(method: str, batch: int, recs: list[dict]) -> dict:
-        return _table_row(method, batch, recs, ref, ref_out, greedy, min_s_per_call)
+        return _table_row(method, batch, recs, ref, ref_out, greedy, min_s_per_call, same_samples)
 
     order = list(dict.fromkeys(r["method"] for r in records))
     keys = sorted(by_row, key=lambda k: (k[1], order.index(k[0])))

@@ -297,7 +297,7 @@ def job_metrics(
             m[f"speedup/{c}"] = m[f"tokens_per_s/{c}"] / ar_tps if ar_tps > 0 else 0.0
             if ar is not run:
                 m |= interval_metrics(f"speedup/{c}", speedup_interval(_units(run, ar, c)))
-        if greedy:  # exactness check: greedy speculation must reproduce greedy decoding
+        if greedy:  # exactness check: greedy (or gumbel-coupled) speculation must reproduce plain decoding
             same = sum(x["output_ids"] == y["output_ids"] for x, y in zip(run.records, ar.records))
             m["ar_match_rate"] = same / len(run.records)
     else:

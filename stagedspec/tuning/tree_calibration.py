@@ -12,6 +12,8 @@ once; the choice itself is a few milliseconds and is redone from the cache."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 import random
 import time
@@ -274,7 +276,7 @@ def calibrate(
     dec = SpeculativeDecoder(
         target.model,
         rec,
-        SamplingConfig(sampling.temperature, sampling.top_k, sampling.top_p, seed=sampling.seed + 777),
+        dataclasses.replace(sampling, seed=sampling.seed + 777),
         plan=plan,
     )
     dec.generate([prompts[0][-16:]], 4)  # warm-up: first forwards allocate

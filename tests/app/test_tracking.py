@@ -52,7 +52,7 @@ def test_job_params_hold_each_setting_once(cfg):
         "tracking.uri",
     ):
         assert repeat not in p, repeat
-    assert len(p) <= 31  # 28 settings before data.split, target.weights and target.backend were added
+    assert len(p) <= 32  # 28 settings before data.split, target.weights, target.backend and sampling.coupling
 
 
 def test_run_names():

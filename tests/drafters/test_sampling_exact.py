@@ -38,7 +38,7 @@ from stagedspec.drafters import (
     ngram_drafters,
     tree_growth,
 )
-from stagedspec.engine import attention_kernels, decoding, kernels, verification
+from stagedspec.engine import attention_kernels, coupling, decoding, kernels, verification
 from stagedspec.engine.kernels import HF_KERNELS, KernelChoice, available_paths
 from stagedspec.engine.sampling import SamplingConfig
 from stagedspec.engine.tree import TreeShape
@@ -220,7 +220,7 @@ def _siblings_against_original_p(monkeypatch):
     siblings rejected before it; the final sample still takes that residual."""
     mutate(
         monkeypatch,
-        [decoding, model_drafter],
+        [coupling],
         verification,
         "verify_tree",
         [("if u < accept_probability(p_cur, q, x):", "if u < accept_probability(p[node + 1], q, x):")],

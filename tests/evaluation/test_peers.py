@@ -272,6 +272,26 @@ def test_table_arithmetic_on_hand_made_numbers():
     assert t["b"][1]["speedup_vs_hf"] == pytest.approx(0.5)
     # sampled: no output comparison
     assert bench_table.summarize(records, ["a", "b"], greedy=False)["overall"][1]["differing_outputs"] is None
+    # sampled with the same tokens per seed (gumbel): repeat by repeat against the reference's own repeat
+    same = [*records, rec("hf", 1, [1], 2, 10, 2.0, outputs=[[7]]), rec("x", 1, [1], 2, 10, 4.0, outputs=[[7]], **ours)]
+    paired = {
+        (r["method"], r["batch"]): r
+        for r in bench_table.summarize(same, ["a", "b"], False, same_samples=True)["overall"]
+    }
+    assert paired[("x", 1)]["differing_outputs"] == 1  # prompt 1: repeat 0 differs, repeat 2 agrees on [7]
+    same[-1] = rec("x", 1, [1], 2, 10, 4.0, **ours)  # repeat 2 now [1, 2] against HF's [7]
+    same[3] = rec("hf", 1, [1], 0, 10, 2.0, outputs=[[9]])  # repeat 0 agrees now
+    paired = {
+        (r["method"], r["batch"]): r
+        for r in bench_table.summarize(same, ["a", "b"], False, same_samples=True)["overall"]
+    }
+    assert paired[("x", 1)]["differing_outputs"] == 1 and paired[("hf", 1)]["differing_outputs"] == 0
+    same[-1] = rec("x", 1, [1], 2, 10, 4.0, outputs=[[7]], **ours)
+    paired = {
+        (r["method"], r["batch"]): r
+        for r in bench_table.summarize(same, ["a", "b"], False, same_samples=True)["overall"]
+    }
+    assert paired[("x", 1)]["differing_outputs"] == 0
     md = bench_table.markdown(t)
     assert "| x | 1 | 5.5 | 5.6 | 1.12 [" in md and "| 1/2 |" in md and "| hf | 1 | 7.1 |  | 1.00 [" in md
 
