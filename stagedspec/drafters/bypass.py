@@ -147,6 +147,12 @@ class RoutePrices:
     (0 < d <= 1): older rounds weigh less, so copies priced on one prompt's long restatements are priced
     down within a few rounds on a prompt whose copies fail, and counts that sent the router to plain
     steps fade back to the prior. 1: every round counts alike (before 2026-12-07)."""
+    copy_own: float = 0.0
+    """Each sequence's copies also priced by its own record: a copied token continuing an m-token match is
+    accepted with (its sequence's accepted + w a) / (its sequence's accepted + rejected + w) at that match
+    length, a the job's pooled acceptance there (``copy_alpha``) and w this weight, in tokens. A text that does
+    not restate its prompt (a sampled answer that wanders off) prices its own short copies down within a few
+    rejections while the job's pool still holds copying texts' record. 0: the pool alone (before 2026-12-08)."""
     recycle_accepted: float = 1.0
     """``timed`` with a recycle tree (``BypassDrafter(recycle=...)``): the prior of its accepted tokens
     per round, worth ``prior_weight`` rounds."""
@@ -172,6 +178,18 @@ class _RouteStats:
         self.rows_s: dict[int, list[float]] = {}  # timed one-row target calls: {1: [seconds, calls]}
         self.low_s, self.low_nodes = 0.0, 0.0  # timed rounds below: seconds of the draft, its nodes
         self.rec_sum, self.rec_n = 0.0, 0  # rounds of recycle trees: accepted tokens, rounds
+        self.row_acc: list[list[float]] = []  # per row (sequence): copies' accepted / rejected per match length
+        self.row_short: list[list[float]] = []
+
+    def reset_rows(self, batch_size: int) -> None:
+        """New sequences: their own copy records start empty (``copy_own``)."""
+        self.row_acc = [[0.0] * (MATCH_BUCKETS + 1) for _ in range(batch_size)]
+        self.row_short = [[0.0] * (MATCH_BUCKETS + 1) for _ in range(batch_size)]
+
+    def keep_rows(self, rows: list[int]) -> None:
+        if self.row_acc:
+            self.row_acc = [self.row_acc[r] for r in rows]
+            self.row_short = [self.row_short[r] for r in rows]
 
     def step_seconds(self) -> float | None:
         """Seconds of one plain target step (T(1)) measured so far: the timed calls' seconds over
@@ -204,20 +222,25 @@ class _RouteStats:
         slope = c[-1] - c[-2] if len(c) > 1 else 0.0
         return c[-1] + slope * (rows - len(c))
 
-    def copy_alpha(self, match: int) -> float:
+    def copy_alpha(self, match: int, row: int | None = None) -> float:
         """Acceptance of a copied token that continues an m-token match: accepted / (accepted +
         rejected) among such tokens, from a prior of m accepted per rejection worth ``copy_weight``
-        rounds."""
+        rounds; with ``copy_own`` and a ``row``, that row's own record with this as its prior."""
         b, w = min(match, MATCH_BUCKETS), self.prices.copy_weight
-        return (self.copy_acc[b] + w * b) / (self.copy_acc[b] + self.copy_short[b] + w * (b + 1))
+        pooled = (self.copy_acc[b] + w * b) / (self.copy_acc[b] + self.copy_short[b] + w * (b + 1))
+        own = self.prices.copy_own
+        if own <= 0 or row is None or row >= len(self.row_acc):
+            return pooled
+        acc, short = self.row_acc[row][b], self.row_short[row][b]
+        return (acc + own * pooled) / (acc + short + own)
 
-    def copy_offer(self, match: int, length: int) -> tuple[float, int]:
+    def copy_offer(self, match: int, length: int, row: int | None = None) -> tuple[float, int]:
         """(rate, L): the copy's best (expected accepted + 1) / T(L + 1) over its cuts L =
         1..length, the expected accepted of a cut a_m + a_m a_(m+1) + ... (``copy_alpha``: the
         i-th token continues an (m + i - 1)-token match)."""
         best, best_len, expected, power = -1.0, 1, 0.0, 1.0
         for n in range(1, length + 1):
-            power *= self.copy_alpha(match + n - 1)
+            power *= self.copy_alpha(match + n - 1, row)
             expected += power
             rate = (expected + 1) / self.verify_cost(n + 1)
             if rate > best:
@@ -272,15 +295,22 @@ class _RouteStats:
             self.copy_acc = [x * g for x in self.copy_acc]
             self.copy_short = [x * g for x in self.copy_short]
 
-    def record(self, route: tuple[str, int, int], accepted: int, forwards: float, seconds: float = 0.0) -> None:
+    def record(
+        self, route: tuple[str, int, int], accepted: int, forwards: float, seconds: float = 0.0, row: int | None = None
+    ) -> None:
         """One row's round: ``route`` (kind, match, tokens offered), what was accepted, the
-        forwards and seconds of the level below that round."""
+        forwards and seconds of the level below that round; ``row``: whose (its own copy record)."""
         kind, match, offered = route
         if kind == "copy":  # the i-th token continued an (m + i - 1)-token match
+            mine = row is not None and row < len(self.row_acc)
             for i in range(accepted):
                 self.copy_acc[min(match + i, MATCH_BUCKETS)] += 1
+                if mine:
+                    self.row_acc[row][min(match + i, MATCH_BUCKETS)] += 1
             if accepted < offered:
                 self.copy_short[min(match + accepted, MATCH_BUCKETS)] += 1
+                if mine:
+                    self.row_short[row][min(match + accepted, MATCH_BUCKETS)] += 1
         elif kind == "lower":
             self.low_sum += accepted
             self.low_forwards += forwards
@@ -343,12 +373,16 @@ class BypassDrafter(Drafter):
         self._copied, self._cold = [False] * batch_size, [False] * batch_size
         self._routes = []
         self._since_lower = 0
+        if self._stats is not None:
+            self._stats.reset_rows(batch_size)
         super().reset(batch_size)
 
     def keep_rows(self, rows: list[int]) -> None:
         self._copied = [self._copied[r] for r in rows] if self._copied else []
         self._cold = [self._cold[r] for r in rows] if self._cold else []
         self._routes = [self._routes[r] for r in rows] if self._routes else []
+        if self._stats is not None:
+            self._stats.keep_rows(rows)
         super().keep_rows(rows)
 
     def feedback(self, accepted: list[int]) -> None:
@@ -356,8 +390,8 @@ class BypassDrafter(Drafter):
             self._cold = [c and a < self.miss_below for c, a in zip(self._copied, accepted)]
         if self._stats is not None and len(self._routes) == len(accepted):
             self._stats.forget()
-            for route, a in zip(self._routes, accepted):
-                self._stats.record(route, a, self._round_forwards, self._round_seconds)
+            for row, (route, a) in enumerate(zip(self._routes, accepted)):
+                self._stats.record(route, a, self._round_forwards, self._round_seconds, row)
 
     def prefill(self, contexts: list[list[int]]) -> None:
         """With ``lazy_lower``, nothing: the level below (a model's cache filled with the whole
@@ -435,7 +469,7 @@ class BypassDrafter(Drafter):
         out: list[list[int] | DraftTree | None] = []
         self._routes = []
         for b, (cont, match) in enumerate(self._matches(contexts, 1)):
-            rate, cut = stats.copy_offer(match, len(cont)) if cont else (0.0, 0)
+            rate, cut = stats.copy_offer(match, len(cont), b) if cont else (0.0, 0)
             tree = grown[b] if grown and len(grown[b]) else None
             tree_rate = stats.recycle_rate(len(tree)) if tree is not None else 0.0
             if cont and rate > lower_rate and (not plain or rate > max(plain_rate, tree_rate)):

@@ -215,7 +215,8 @@ class BypassLevel:
     (``drafters/bypass.py``)."""
     prices: Any = None
     """With route=priced or timed: ``RoutePrices`` fields to change (row_cost, draft_cost,
-    prior_weight, prior_accepted, copy_weight, explore, first_look, explore_cold, copy_decay, recycle_accepted); None:
+    prior_weight, prior_accepted, copy_weight, explore, first_look, explore_cold, copy_decay, copy_own,
+    recycle_accepted); None:
     its defaults."""
     cost_curve: bool = False
     """With route=priced: cost a verification of n rows at the target's calibrated T(n) / T(1)

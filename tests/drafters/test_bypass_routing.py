@@ -479,3 +479,29 @@ def test_copy_decay_shrinks_the_kept_copy_counts_each_round_by_hand():
         d.propose([[1, 2, 3]])  # no match: a plain step (or below), a round all the same
         d.feedback([0])
         assert abs(s.copy_alpha(1) - a1) < 1e-12 and abs(s.copy_alpha(2) - a2) < 1e-12
+
+
+def test_copy_own_prices_each_rows_copies_by_its_own_record_by_hand():
+    """copy_own 2, copy_weight 1. Two rows copy "6 5" after "5 6 5" (a 1-token match, 2 offered): row 0 keeps
+    both, row 1 none. Pool: accepted 2 at match 1... per match length: match 1 accepted 1 (row 0) rejected 1
+    (row 1), match 2 accepted 1 (row 0): a_1 = (1 + 1) / (2 + 2) = 1 / 2. Row 1 alone: accepted 0, rejected 1
+    at match 1, so (0 + 2 * 1/2) / (1 + 2) = 1 / 3; row 0: (1 + 1) / (1 + 2) = 2 / 3. Without copy_own every
+    row reads the pool. A new batch starts the rows' records empty; rows follow keep_rows."""
+    prices = RoutePrices(copy_own=2.0, copy_weight=1.0, row_cost=0.0, draft_cost=50.0, explore=0)
+    d = BypassDrafter(BelowOne(), k=2, prices=prices, timed=True)
+    d.reset(2)
+    assert [_tokens(t) for t in d.propose([[5, 6, 5], [5, 6, 5]])] == [[6, 5], [6, 5]]
+    d.feedback([2, 0])
+    s = d._stats
+    assert abs(s.copy_alpha(1) - 1 / 2) < 1e-12
+    assert abs(s.copy_alpha(1, 1) - 1 / 3) < 1e-12 and abs(s.copy_alpha(1, 0) - 2 / 3) < 1e-12
+    assert abs(s.copy_alpha(2, 1) - s.copy_alpha(2)) < 1e-12  # row 1 never reached match 2: the pool
+    d.keep_rows([1])
+    assert abs(s.copy_alpha(1, 0) - 1 / 3) < 1e-12  # row 1 is now row 0
+    d.reset(1)
+    assert abs(s.copy_alpha(1, 0) - 1 / 2) < 1e-12
+    off = BypassDrafter(BelowOne(), k=2, prices=dataclasses.replace(prices, copy_own=0.0), timed=True)
+    off.reset(2)
+    off.propose([[5, 6, 5], [5, 6, 5]])
+    off.feedback([2, 0])
+    assert abs(off._stats.copy_alpha(1, 1) - 1 / 2) < 1e-12
