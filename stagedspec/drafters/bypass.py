@@ -147,12 +147,13 @@ class RoutePrices:
     (0 < d <= 1): older rounds weigh less, so copies priced on one prompt's long restatements are priced
     down within a few rounds on a prompt whose copies fail, and counts that sent the router to plain
     steps fade back to the prior. 1: every round counts alike (before 2026-12-07)."""
-    copy_own: float = 0.0
+    copy_own: float = 8.0
     """Each sequence's copies also priced by its own record: a copied token continuing an m-token match is
     accepted with (its sequence's accepted + w a) / (its sequence's accepted + rejected + w) at that match
     length, a the job's pooled acceptance there (``copy_alpha``) and w this weight, in tokens. A text that does
     not restate its prompt (a sampled answer that wanders off) prices its own short copies down within a few
-    rejections while the job's pool still holds copying texts' record. 0: the pool alone (before 2026-12-08)."""
+    rejections while the job's pool still holds copying texts' record. 0: the pool alone (before 2026-12-08);
+    8 chosen on the dev split against 0 and 2 (docs/tuning/README.md)."""
     recycle_accepted: float = 1.0
     """``timed`` with a recycle tree (``BypassDrafter(recycle=...)``): the prior of its accepted tokens
     per round, worth ``prior_weight`` rounds."""

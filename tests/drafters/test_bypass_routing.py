@@ -56,7 +56,7 @@ def test_without_miss_below_a_match_always_copies():
 BelowOne = ProposeOne
 
 
-PRICES = RoutePrices(row_cost=0.1, draft_cost=0.5, prior_weight=1.0, prior_accepted=2.0, copy_weight=1.0)
+PRICES = RoutePrices(copy_own=0.0, row_cost=0.1, draft_cost=0.5, prior_weight=1.0, prior_accepted=2.0, copy_weight=1.0)
 
 
 def test_the_priced_router_sends_the_round_with_more_tokens_per_cost_by_hand():
@@ -68,7 +68,9 @@ def test_the_priced_router_sends_the_round_with_more_tokens_per_cost_by_hand():
     first token: a_2 = 2 / (3 + j) after j of them: 1.833, 1.554, 1.386, 1.274 (> 1.25: four copies
     [3, 4, 1]), then 1.194 (< 1.25): below. One accepted there with no forward lifts the level below
     to (1.5 + 1) / (1.2 + 0.4 * 1.5) = 1.39, so it stays below."""
-    prices = RoutePrices(row_cost=0.1, draft_cost=0.4, prior_weight=1.0, prior_accepted=2.0, copy_weight=1.0)
+    prices = RoutePrices(
+        copy_own=0.0, row_cost=0.1, draft_cost=0.4, prior_weight=1.0, prior_accepted=2.0, copy_weight=1.0
+    )
     d = BypassDrafter(BelowOne(), k=3, min_match=2, prices=prices)
     d.reset(1)
     ctx = [[1, 2, 3, 4, 1, 2]]
@@ -93,7 +95,7 @@ def test_a_copied_token_is_priced_by_the_match_it_continues():
     priced over 1 + 0.1 (L + 1): L = 1..4 give 1.389, 1.590, 1.705, 2.6 / 1.5 = 1.733: the whole copy.
     (Priced by the 1-token match alone, as before, a = (3 + 1) / (3 + 1 + 2) = 2 / 3 for every token:
     L = 4 prices 2.605 / 1.5, L = 3 2.407 / 1.4 = 1.719.)"""
-    s = BypassDrafter(BelowOne(), k=4, prices=RoutePrices(row_cost=0.1, copy_weight=1.0))._stats
+    s = BypassDrafter(BelowOne(), k=4, prices=RoutePrices(copy_own=0.0, row_cost=0.1, copy_weight=1.0))._stats
     s.record(("copy", 1, 4), accepted=3, forwards=0)
     alphas = [s.copy_alpha(r) for r in range(1, 6)]
     assert [round(a, 12) for a in alphas] == [round(x, 12) for x in (2 / 3, 3 / 4, 4 / 5, 2 / 3, 5 / 6)]
@@ -116,7 +118,7 @@ def test_a_lighter_copy_prior_sends_longer_copies_after_a_copy_accepted_whole():
     1.565 over L = 4's 1.554 and L = 6's 1.557. The level below's prior is untouched by copy_weight."""
     cuts = {}
     for w in (0.5, 2.0):
-        d = BypassDrafter(BelowOne(), k=8, prices=RoutePrices(row_cost=0.2, copy_weight=w))
+        d = BypassDrafter(BelowOne(), k=8, prices=RoutePrices(copy_own=0.0, row_cost=0.2, copy_weight=w))
         s = d._stats
         s.record(("copy", 2, 6), accepted=6, forwards=0)
         alphas = [(1 + w * r) / (1 + w * (r + 1)) for r in range(2, 8)] + [8 / 9]
@@ -127,7 +129,9 @@ def test_a_lighter_copy_prior_sends_longer_copies_after_a_copy_accepted_whole():
             power *= a
             expected += power
         assert abs(rate - (expected + 1) / (1 + 0.2 * (cuts[w] + 1))) < 1e-12
-        assert s.lower_rate(1) == BypassDrafter(BelowOne(), k=8, prices=RoutePrices(row_cost=0.2))._stats.lower_rate(1)
+        assert s.lower_rate(1) == BypassDrafter(
+            BelowOne(), k=8, prices=RoutePrices(copy_own=0.0, row_cost=0.2)
+        )._stats.lower_rate(1)
     assert cuts == {0.5: 6, 2.0: 5}
 
 
@@ -284,7 +288,7 @@ def test_a_plain_step_timed_cheaper_than_the_curve_says_turns_rounds_to_plain_st
     code, cheap) make a cost unit (0.5 + 1.75) / (50 * 1 + 50 * 1.3) = 0.019565 s; a plain step
     T(1) = (0.5 / unit + 1) / 51 = 0.5207, verifications the shape (T(3) = 1.3): the copy's 1.41
     is under a plain step's 1 / 0.5207 = 1.92: no draft, where the shape alone would still copy."""
-    prices = RoutePrices(draft_cost=50.0, prior_weight=1.0, explore=0)
+    prices = RoutePrices(copy_own=0.0, draft_cost=50.0, prior_weight=1.0, explore=0)
     d = BypassDrafter(BelowOne(), k=2, prices=prices, timed=True)
     d.use_step_curve((1.0, 1.2, 1.3, 1.6))
     d.reset(1)
@@ -305,7 +309,7 @@ def test_the_timed_router_drafts_nothing_when_no_draft_pays_and_explores_below()
     plain step's 1 / 1.1: a context with no earlier match drafts nothing, except once the level
     below has sat out two rounds, when it goes below (rounds 3, 6, 9); a 1-token match's copy (0.5 +
     1 / 3 + 1) / 1.3 = 1.41 is still sent. The untimed priced router would send the round below."""
-    prices = RoutePrices(row_cost=0.1, draft_cost=5.0, prior_weight=100.0, prior_accepted=1.0, explore=3)
+    prices = RoutePrices(copy_own=0.0, row_cost=0.1, draft_cost=5.0, prior_weight=100.0, prior_accepted=1.0, explore=3)
     below = BelowOne()
     d = BypassDrafter(below, k=3, prices=prices, timed=True)
     untimed = BypassDrafter(BelowOne(), k=3, prices=prices)
@@ -332,7 +336,7 @@ def test_first_look_keeps_a_lazy_level_below_off_until_that_many_plain_steps():
     below (prefill first). Once the level below has the prompt, or in a new job's first rounds with
     an eager level below, the price alone decides."""
     prices = RoutePrices(
-        row_cost=0.1, draft_cost=0.5, prior_weight=1.0, prior_accepted=4.0, copy_weight=1.0, first_look=0
+        copy_own=0.0, row_cost=0.1, draft_cost=0.5, prior_weight=1.0, prior_accepted=4.0, copy_weight=1.0, first_look=0
     )
     looking = dataclasses.replace(prices, first_look=2)
     none, match = [[1, 2, 3]], [[5, 6, 5]]
@@ -369,6 +373,7 @@ def test_explore_leaves_a_new_prompts_lazy_level_below_alone_once_rounds_below_p
     on, round 3 goes below (a second prefill) as before. Once the level below has the prompt, explore
     runs its clock either way."""
     prices = RoutePrices(
+        copy_own=0.0,
         row_cost=0.1,
         draft_cost=5.0,
         prior_weight=100.0,
@@ -404,7 +409,7 @@ def _timed_router(lower, explore: int = 3, row_cost: float = 0.02, lazy_lower: b
     """Priors that make the level below too dear (a 1000-round prior), so plain steps, copies on
     matches and, after ``explore`` - 1 rounds without it, the level below all happen (a dear row,
     ``row_cost``, keeps copies to long matches)."""
-    prices = RoutePrices(row_cost=row_cost, draft_cost=3.0, prior_weight=1000.0, explore=explore)
+    prices = RoutePrices(copy_own=0.0, row_cost=row_cost, draft_cost=3.0, prior_weight=1000.0, explore=explore)
     return BypassDrafter(lower, k=6, min_match=2, prices=prices, timed=True, lazy_lower=lazy_lower)
 
 
@@ -452,7 +457,7 @@ def test_rounds_of_copies_do_not_count_toward_exploring_below():
     """The priors of ``test_the_timed_router_drafts_nothing_when_no_draft_pays_and_explores_below``
     (explore = 3): no match, a match, a match, no match, no match: the copies leave the clock alone,
     so the round below is the fifth (two rounds that drafted nothing), not the fourth."""
-    prices = RoutePrices(row_cost=0.1, draft_cost=5.0, prior_weight=100.0, prior_accepted=1.0, explore=3)
+    prices = RoutePrices(copy_own=0.0, row_cost=0.1, draft_cost=5.0, prior_weight=100.0, prior_accepted=1.0, explore=3)
     below = BelowOne()
     d = BypassDrafter(below, k=3, prices=prices, timed=True)
     d.reset(1)
@@ -469,7 +474,7 @@ def test_copy_decay_shrinks_the_kept_copy_counts_each_round_by_hand():
     step: no feedback on copies) halves them first: a_1 = (0.5 + 1) / (0.5 + 2) = 0.6, a_2 = (0 + 2) / (0.5 +
     3). Without decay the counts stay (a_1 = 2 / 3)."""
     for decay, a1, a2 in ((0.5, 0.6, 2 / 3.5), (1.0, 2 / 3, 2 / 4)):
-        prices = RoutePrices(copy_decay=decay, copy_weight=1.0, row_cost=0.0, draft_cost=50.0, explore=0)
+        prices = RoutePrices(copy_own=0.0, copy_decay=decay, copy_weight=1.0, row_cost=0.0, draft_cost=50.0, explore=0)
         d = BypassDrafter(BelowOne(), k=2, prices=prices, timed=True)
         d.reset(1)
         assert _tokens(d.propose([[5, 6, 5]])[0]) == [6, 5]

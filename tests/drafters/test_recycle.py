@@ -151,7 +151,9 @@ def test_the_router_prices_a_recycle_tree_against_a_plain_step_by_hand():
     After rounds that accepted 0, 0, 0: (0 + 1) / (3 + 1) accepted, (0.25 + 1) / 1.3 = 0.96 < 1: a
     plain step. A 1-token match's copy (a_1 = 1 / 2 from a prior worth copy_weight 1: 1.5 / T(2) = 1.25)
     beats both."""
-    prices = RoutePrices(draft_cost=50.0, prior_weight=1.0, copy_weight=1.0, explore=0, recycle_accepted=1.0)
+    prices = RoutePrices(
+        copy_own=0.0, draft_cost=50.0, prior_weight=1.0, copy_weight=1.0, explore=0, recycle_accepted=1.0
+    )
     d = BypassDrafter(ProposeOne(), k=1, prices=prices, timed=True, recycle=RecycleDrafter(["0", "00"]))
     d.use_step_curve((1.0, 1.2, 1.3, 1.6))
     d.reset(1)
