@@ -4,7 +4,8 @@
 # every one of our methods emits the same tokens for a cell's seed, so per-prompt ratios and the router's oracle
 # compare one text. Then llama.cpp's programs on the same set, right after (their own sampler: not the same texts).
 # T = 0 and MT-bench are v26's (greedy: unchanged by the coupling). Nothing else running. LLAMA_BIN: llama.cpp's
-# build/bin.
+# build/bin. As run (00:03-00:15 UTC): ours completed; the llama.cpp pass was stopped (a test ran beside it) and
+# not kept: llama.cpp's sampled figures are v28's (bench_session_2026_12_08_amd19.sh).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 . .venv/bin/activate
