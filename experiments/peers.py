@@ -55,7 +55,7 @@ import transformers
 from analysis.peers_figure import draw
 from stagedspec.app.tracking import Tracker, context_tags
 from stagedspec.engine.kernels import HF_KERNELS
-from stagedspec.engine.sampling import SamplingConfig
+from stagedspec.engine.sampling import COUPLINGS, SamplingConfig
 from stagedspec.evaluation.bench_log import run_measurements
 from stagedspec.evaluation.bench_machine import copy_bandwidth, read_bandwidth, step_bytes
 from stagedspec.evaluation.bench_methods import (
@@ -220,7 +220,7 @@ def parse_args(argv=None):
     ap.add_argument(
         "--coupling",
         default="residual",
-        choices=["residual", "gumbel"],
+        choices=COUPLINGS,
         help="our methods' sampling rule (gumbel: every one of them emits the same tokens for a cell's seed, "
         "so per-prompt ratios compare the same text; engine/coupling.py)",
     )

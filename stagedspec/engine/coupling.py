@@ -32,8 +32,6 @@ from .sampling import SamplingConfig, sample
 from .tree import DraftTree
 from .verification import verify_tree
 
-COUPLINGS = ("residual", "gumbel")
-
 
 class Sampler:
     """One job's random choices; shared by the decoder and every draft level.

@@ -27,6 +27,10 @@ def _is_number(x: Any) -> bool:
     return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
+COUPLINGS = ("residual", "gumbel")
+"""``SamplingConfig.coupling``'s values (``coupling.py``)."""
+
+
 @dataclass(frozen=True)
 class SamplingConfig:
     temperature: float = 0.0
@@ -50,7 +54,7 @@ class SamplingConfig:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
         if not _is_int(self.seed) or self.seed < 0:
             raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
-        if self.coupling not in ("residual", "gumbel"):
+        if self.coupling not in COUPLINGS:
             raise ValueError(f"coupling must be 'residual' or 'gumbel', got {self.coupling!r}")
 
     @property
