@@ -302,16 +302,15 @@ class _RouteStats:
         """One row's round: ``route`` (kind, match, tokens offered), what was accepted, the
         forwards and seconds of the level below that round; ``row``: whose (its own copy record)."""
         kind, match, offered = route
-        if kind == "copy":  # the i-th token continued an (m + i - 1)-token match
-            mine = row is not None and row < len(self.row_acc)
-            for i in range(accepted):
-                self.copy_acc[min(match + i, MATCH_BUCKETS)] += 1
-                if mine:
-                    self.row_acc[row][min(match + i, MATCH_BUCKETS)] += 1
-            if accepted < offered:
-                self.copy_short[min(match + accepted, MATCH_BUCKETS)] += 1
-                if mine:
-                    self.row_short[row][min(match + accepted, MATCH_BUCKETS)] += 1
+        if kind == "copy":  # the i-th token continued an (m + i - 1)-token match: in the pool, and the row's own
+            records = [(self.copy_acc, self.copy_short)]
+            if row is not None and row < len(self.row_acc):
+                records.append((self.row_acc[row], self.row_short[row]))
+            for acc, short in records:
+                for i in range(accepted):
+                    acc[min(match + i, MATCH_BUCKETS)] += 1
+                if accepted < offered:
+                    short[min(match + accepted, MATCH_BUCKETS)] += 1
         elif kind == "lower":
             self.low_sum += accepted
             self.low_forwards += forwards

@@ -30,7 +30,7 @@ import torch
 
 from .sampling import SamplingConfig, sample
 from .tree import DraftTree
-from .verification import verify_tree
+from .verification import verify_tree, walk_tree
 
 
 class Sampler:
@@ -53,10 +53,9 @@ class Sampler:
         a ``Sampler`` passes through."""
         if isinstance(generator, Sampler):
             return generator
-        if sampling.coupling == "gumbel" and not sampling.greedy:
-            return cls(sampling)
         out = cls(sampling)
-        out.generator = generator
+        if not out.gumbel:
+            out.generator = generator
         return out
 
     def reset(self, batch_size: int) -> None:
@@ -93,18 +92,7 @@ class Sampler:
         if not self.gumbel:
             return verify_tree(tree, p, self.generator)
         # the target's own draw at each depth, computed along the walk only
-        path: list[int] = []
-        node = -1
-        children: dict[int, list[int]] = {}
-        for i, par in enumerate(tree.parents):
-            children.setdefault(par, []).append(i)
-        while True:
-            want = self._race(p[node + 1], row, position + len(path))
-            chosen = next((c for c in children.get(node, []) if tree.tokens[c] == want), None)
-            if chosen is None:
-                return path, want
-            path.append(chosen)
-            node = chosen
+        return walk_tree(tree, lambda node, depth: self._race(p[node + 1], row, position + depth))
 
     # ------------------------------------------------------------------ gumbel
     def _sequence(self, row: int) -> int:

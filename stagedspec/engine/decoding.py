@@ -108,29 +108,29 @@ class SpeculativeDecoder:
         the level that proposed each, the round's ``RoundStats``, and ``"eos"``/``"length"``
         when the sequence ended there (else ""). Its time counts in the round's overhead."""
         self._validate(prompts, max_new_tokens)
-        gen = Sampler(self.sampling)
-        gen.reset(len(prompts))
+        sampler = Sampler(self.sampling)
+        sampler.reset(len(prompts))
         draft_name = self.drafter.name if self.drafter is not None else None
         results = [SequenceResult(prompt_ids=list(p), draft_level=draft_name) for p in prompts]
         contexts = [list(p) for p in prompts]
         active = list(range(len(prompts)))
         res = GenerationResult(sequences=results)
         t_start = time.perf_counter()
-        features = self._prefill(contexts, gen)
+        features = self._prefill(contexts, sampler)
         res.prefill_time = time.perf_counter() - t_start
         fwd0 = self._forward_stats()
         while active:
-            active = self._round(contexts, results, active, features, gen, res, max_new_tokens, on_round)
+            active = self._round(contexts, results, active, features, sampler, res, max_new_tokens, on_round)
         res.wall_time = time.perf_counter() - t_start
         self._forward_times(res, fwd0)
         return res
 
-    def _prefill(self, contexts: list[list[int]], gen: Sampler) -> _Features | None:
+    def _prefill(self, contexts: list[list[int]], sampler: Sampler) -> _Features | None:
         """Reset the caches, set the drafter up and cache all but each prompt's last token,
         which is the first round's root; the target's hidden states for a feature draft."""
         self.kv.reset(len(contexts))
         if self.drafter is not None:
-            self.drafter.setup(self.sampling, gen, self.plan)
+            self.drafter.setup(self.sampling, sampler, self.plan)
             self.drafter.reset(len(contexts))
         out = self.kv.extend_chain(self.kv.sync([c[:-1] for c in contexts]), want_last=False, hidden=self.features)
         features = _Features(out[1]) if self.features else None
@@ -144,7 +144,7 @@ class SpeculativeDecoder:
         results: list[SequenceResult],
         active: list[int],
         features: _Features | None,
-        gen: Sampler,
+        sampler: Sampler,
         res: GenerationResult,
         max_new_tokens: int,
         on_round: OnRound | None,
@@ -168,7 +168,7 @@ class SpeculativeDecoder:
         accepted, keep = [], []
         n_max = max(widths)
         for row, (i, tree) in enumerate(zip(active, trees)):
-            path, tok = self._verify(tree, logits[row], gen, row, len(contexts[i]))
+            path, tok = self._verify(tree, logits[row], sampler, row, len(contexts[i]))
             accepted.append(len(path))
             if features is not None:  # the target's states at what it now holds: tail + accepted path
                 n_tail = tail_lens[row]
@@ -176,7 +176,7 @@ class SpeculativeDecoder:
             new, origin, stats = self._commit(
                 contexts[i], results[i], tree, path, tok, max_new_tokens, padding=n_max - widths[row]
             )
-            gen.release(row, len(contexts[i]))
+            sampler.release(row, len(contexts[i]))
             if not results[i].finished_reason:
                 keep.append(row)
             if on_round is not None:
@@ -186,7 +186,7 @@ class SpeculativeDecoder:
             self.drafter.observe_round(t2 - t1, n_max)
         if len(keep) < len(active):
             self.kv.keep_rows(keep)
-            gen.keep_rows(keep)
+            sampler.keep_rows(keep)
             if features is not None:
                 features.keep_rows(keep)
             if self.drafter is not None:
@@ -209,13 +209,13 @@ class SpeculativeDecoder:
             self.drafter.observe_successors([ctx[-1], *tree.tokens], top)
 
     def _verify(
-        self, tree: DraftTree, logits: torch.Tensor, gen: Sampler, row: int, position: int
+        self, tree: DraftTree, logits: torch.Tensor, sampler: Sampler, row: int, position: int
     ) -> tuple[list[int], int]:
         """The accepted path through ``tree`` and the token the target adds after it; the root's
         next token is at ``position`` of the row's sequence."""
         if self.sampling.greedy:
             return verify_tree_greedy(tree, logits.argmax(-1).tolist())
-        return gen.verify(tree, probabilities(logits, self.sampling), row, position)
+        return sampler.verify(tree, probabilities(logits, self.sampling), row, position)
 
     def _commit(
         self,

@@ -29,6 +29,8 @@ exactly the drafts equal to the target's argmax and then emits the argmax.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from .sampling import residual, sample
@@ -84,11 +86,20 @@ def verify_tree_greedy(tree: DraftTree, argmax: list[int]) -> tuple[list[int], i
     With p a point mass on the argmax, a child is accepted with probability p(x) / 1,
     i.e. exactly when it is the argmax, and the emitted token is the argmax; so this walk
     is the same rule without building one-hot distributions over the vocabulary."""
+    return walk_tree(tree, lambda node, depth: argmax[node + 1])
+
+
+def walk_tree(tree: DraftTree, emit: Callable[[int, int], int]) -> tuple[list[int], int]:
+    """The walk of a target whose token at each node is fixed before it looks at the drafts:
+    ``emit(node, depth)`` is the token it emits after ``node`` (-1: the root), ``depth`` nodes
+    below the root. The child holding that token (the first, if several) is kept and the walk
+    goes on from it; where no child holds it, the walk ends and that token is emitted. Greedy
+    decoding (the argmax) and drafter-invariant sampling (``coupling.py``) are this walk."""
     path: list[int] = []
     node = -1
     children = _children(tree)
     while True:
-        want = argmax[node + 1]
+        want = emit(node, len(path))
         chosen = next((c for c in children.get(node, []) if tree.tokens[c] == want), None)
         if chosen is None:
             return path, want

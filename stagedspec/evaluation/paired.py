@@ -255,13 +255,14 @@ def _category_metrics(run: MethodRun) -> dict[str, float]:
 
 
 def job_metrics(
-    run: MethodRun, ar: MethodRun | None, greedy: bool, prediction: dict[str, float] | None = None
+    run: MethodRun, ar: MethodRun | None, same_text: bool, prediction: dict[str, float] | None = None
 ) -> dict[str, float]:
     """The job's metrics (``metrics/round_stats.py`` defines them) over all its prompts, per category
     (``<metric>/<category>``), with 95% intervals (``<metric>_ci_low``, ``_ci_high``) for
     every rate and speedup, the cost model's in-sample accounting (``accounted_*``) and,
     given the out-of-sample ``prediction`` made before timing (``prediction.py``), its
-    error against the measured speedup (``metrics/cost_model.py``)."""
+    error against the measured speedup (``metrics/cost_model.py``). ``same_text``: the method should
+    emit plain decoding's tokens (greedy, or ``coupling=gumbel``): ``ar_match_rate`` counts where it did."""
     m = _summary(run)
     m["n_prompts"] = float(len(run.records))
     m["repeats"] = float(max((b.repeat for b in run.batches), default=0) + 1)
@@ -297,7 +298,7 @@ def job_metrics(
             m[f"speedup/{c}"] = m[f"tokens_per_s/{c}"] / ar_tps if ar_tps > 0 else 0.0
             if ar is not run:
                 m |= interval_metrics(f"speedup/{c}", speedup_interval(_units(run, ar, c)))
-        if greedy:  # exactness check: greedy (or gumbel-coupled) speculation must reproduce plain decoding
+        if same_text:  # exactness check: greedy (or gumbel-coupled) speculation must reproduce plain decoding
             same = sum(x["output_ids"] == y["output_ids"] for x, y in zip(run.records, ar.records))
             m["ar_match_rate"] = same / len(run.records)
     else:

@@ -29,7 +29,8 @@ import torch
 
 from stagedspec.drafters import BypassDrafter, KatzNgramDrafter, ModelDrafter, PromptLookupDrafter
 from stagedspec.engine.decoding import SpeculativeDecoder
-from stagedspec.engine.sampling import SamplingConfig
+from stagedspec.engine.coupling import Sampler
+from stagedspec.engine.sampling import SamplingConfig, probabilities
 from stagedspec.engine.tree import TreeShape
 from tests.oracles import PROMPT, V, chi2_models, lower_model, staged_drafter, statistics
 
@@ -92,9 +93,6 @@ def test_a_level_drafting_with_the_target_keeps_every_token(staged):
 def test_gumbel_plain_sampling_on_a_full_vocabulary_matches_its_own_draws():
     """The decoder's draws are the sampler's: a 1-row plain run at seed s emits, token by
     token, argmax p / E at each position (p from the target's own logits)."""
-    from stagedspec.engine.coupling import Sampler
-    from stagedspec.engine.sampling import probabilities
-
     target = chi2_models()[0].model
     out = _outputs(None, GUMBEL)[0]
     s = Sampler(GUMBEL)

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from stagedspec.engine.coupling import Sampler
-from stagedspec.engine.sampling import SamplingConfig
+from stagedspec.engine.sampling import SamplingConfig, sample
 from stagedspec.engine.tree import DraftTree
 
 T1G = SamplingConfig(temperature=1.0, seed=4, coupling="gumbel")
@@ -94,8 +94,6 @@ def test_residual_is_the_generators_stream():
     change nothing."""
     s = Sampler(SamplingConfig(1.0, seed=3))
     g = torch.Generator().manual_seed(3)
-    from stagedspec.engine.sampling import sample
-
     assert [s.draw(WEIGHTS, 0, t) for t in range(50)] == [sample(WEIGHTS, g) for _ in range(50)]
 
 

@@ -276,7 +276,7 @@ def test_job_metrics_pool_repeats_and_carry_intervals():
 
     method = run("small>target", [[0.5, 0.6], [0.5, 0.4]])
     ar = run("target", [[1.0, 1.1], [1.0, 0.9]])
-    m = job_metrics(method, ar, greedy=True)
+    m = job_metrics(method, ar, same_text=True)
     assert m["emitted"] == 10 and m["repeats"] == 2
     assert m["tokens_per_s"] == pytest.approx(20 / 2.0) and m["ar_tokens_per_s"] == pytest.approx(20 / 4.0)
     assert m["speedup"] == pytest.approx(2.0)
@@ -297,7 +297,7 @@ def test_job_metrics_pool_repeats_and_carry_intervals():
     assert m["accounting_error"] == pytest.approx(20 / wall / 5.0 / 2.0 - 1.0)  # its walls hold more than its rounds
     assert not any(k.startswith("predict") for k in m)  # no out-of-sample prediction was given
     # given one (made before timing, on other prompts), it is kept as is and compared
-    m = job_metrics(method, ar, greedy=True, prediction={"predicted_speedup": 2.5, "predicted_tokens_per_call": 3.0})
+    m = job_metrics(method, ar, same_text=True, prediction={"predicted_speedup": 2.5, "predicted_tokens_per_call": 3.0})
     assert m["predicted_speedup"] == 2.5 and m["prediction_error"] == pytest.approx(2.5 / 2.0 - 1.0)
     assert m["predicted_tokens_per_call"] == 3.0 and m["accounted_tokens_per_call"] == pytest.approx(E)
 
