@@ -14,7 +14,9 @@
  *
  * Speed: two loops. ``rows`` unpacks a weight block once and multiplies it with up to 4 activation
  * rows (llama.cpp's CPU backend unpacks it once per (row, column) dot product): the one-row step is a
- * read of the blocks. ``cols`` (AVX-512 VNNI builds) holds 16 weight rows' codes side by side in the
+ * read of the blocks. In AVX-512 builds it takes a block's elements in an order where each 32-bit lane
+ * stays within one scale group, so a row costs four vpdpbusd and one multiply a block (the activations
+ * permuted to match once per call). ``cols`` (AVX-512 VNNI builds) holds 16 weight rows' codes side by side in the
  * lanes (a second copy of the weights in that layout, qk_cols_*), broadcasts 4 activations of a row
  * into one vpdpbusd and carries 8 activation rows at a time, so an extra row costs its integer dot
  * products and little else. Both sum the same exact integers; their float sums differ in order.
@@ -226,40 +228,81 @@ void qk_quantize(const float *x, int64_t n, int64_t K, float *xd, int8_t *xq, in
 #if QK_AVX512
 static inline float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
 
-/* y[r, j] for R rows of activations (r0 .. r0 + R - 1) and one weight row j. */
+/* The rows loop's order of a block's elements (AVX-512 builds): four vpdpbusd a row, each over 4 consecutive
+ * elements of every group in each 32-bit lane, so a lane's sum after the four stays within one group and is
+ * scaled once, by one multiply (Q4_K: 16 products of 4-bit codes and int8 fit int16, so vpmaddwd with the
+ * scale in its low half; Q6_K: vpmulld). The activations are permuted to match once per call (qk_gemm:
+ * rows_order), the weights in registers once per block, shared by the rows.
+ * Q4_K (8 groups of 32): instruction k, lane l takes elements 32 (l / 2) + 8k + 4 (l % 2) + 0..3 (group l / 2).
+ * Q6_K (16 groups of 16): instruction k, lane l takes elements 16 l + 4k + 0..3 (group l). */
+static int32_t rows_order_table[2][64]; /* [q4, q6]: dword m of the permuted block = dword table[m] of the block */
+
+static void rows_order_init(void) {
+    if (rows_order_table[1][1]) return;
+    for (int k = 0; k < 4; k++)
+        for (int l = 0; l < 16; l++) {
+            rows_order_table[0][16 * k + l] = 8 * (l / 2) + 2 * k + l % 2;
+            rows_order_table[1][16 * k + l] = 4 * l + k;
+        }
+}
+
+/* xq's n * nb blocks (natural order) -> out, each block in the rows loop's order for its kind */
+static void rows_order(int kind, const int8_t *xq, int64_t blocks, int8_t *out) {
+    const int32_t *t = rows_order_table[kind == 4 ? 0 : 1];
+    const __m512i i0 = _mm512_loadu_si512(t), i1 = _mm512_loadu_si512(t + 16), i2 = _mm512_loadu_si512(t + 32),
+                  i3 = _mm512_loadu_si512(t + 48);
+    for (int64_t o = 0; o < blocks; o++) {
+        const int32_t *src = (const int32_t *)(xq + o * QK);
+        int32_t *dst = (int32_t *)(out + o * QK);
+        /* dword gathers from the block's 256 bytes (in L1), 16 at a time */
+        _mm512_storeu_si512(dst, _mm512_i32gather_epi32(i0, src, 4));
+        _mm512_storeu_si512(dst + 16, _mm512_i32gather_epi32(i1, src, 4));
+        _mm512_storeu_si512(dst + 32, _mm512_i32gather_epi32(i2, src, 4));
+        _mm512_storeu_si512(dst + 48, _mm512_i32gather_epi32(i3, src, 4));
+    }
+}
+
+/* acc + the 4-byte dot products of unsigned w and signed x, lane by lane (vpdpbusd where the CPU has VNNI) */
+static inline __m512i dot4(__m512i acc, __m512i w, __m512i x) {
+#ifdef __AVX512VNNI__
+    return _mm512_dpbusd_epi32(acc, w, x);
+#else
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(w, x), _mm512_set1_epi16(1)));
+#endif
+}
+
+/* y[r, j] for R rows of activations (r0 .. r0 + R - 1, in the rows loop's order: xp) and one weight row j. */
 static inline __attribute__((always_inline)) void q4_rows(const q4_block *w, int64_t nb, const float *xd,
-                                                          const int8_t *xq, const int16_t *xs, int64_t r0, int R,
+                                                          const int8_t *xp, const int16_t *xs, int64_t r0, int R,
                                                           float *y, int64_t ldy, int64_t j) {
     __m512 acc[ROWS];
     __m256 accm[ROWS];
     for (int r = 0; r < R; r++) { acc[r] = _mm512_setzero_ps(); accm[r] = _mm256_setzero_ps(); }
-    const __m256i nib = _mm256_set1_epi8(0x0F);
-    /* int16 lane l of chunk c's scale vector takes group 2c for l < 16, 2c + 1 after */
-    const __m512i pick0 = _mm512_set_epi16(1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1, 0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0);
-    const __m512i two = _mm512_set1_epi16(2);
+    const __m512i nib = _mm512_set1_epi8(0x0F);
+    /* instruction k, lane l: code dword 8 (l / 4) + 2k + l % 2, its low nibbles where (l / 2) is even, else its high */
+    const __m512i base = _mm512_set_epi32(25, 24, 25, 24, 17, 16, 17, 16, 9, 8, 9, 8, 1, 0, 1, 0);
+    const __m512i nshift = _mm512_set_epi32(4, 4, 0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 4, 4, 0, 0);
+    const __m512i two = _mm512_set1_epi32(2);
     for (int64_t b = 0; b < nb; b++) {
         const q4_block *blk = w + b;
         for (int l = 0; l < 3; l++) _mm_prefetch((const char *)(blk + PREFETCH) + 64 * l, _MM_HINT_T0);
-        __m512i W[4], S[4];
-        const __m512i sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)blk->sc)));
-        __m512i pick = pick0;
-        for (int c = 0; c < 4; c++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(blk->qs + 32 * c));
-            W[c] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(q, nib)),
-                                      _mm256_and_si256(_mm256_srli_epi16(q, 4), nib), 1);
-            S[c] = _mm512_permutexvar_epi16(pick, sc16);
-            pick = _mm512_add_epi16(pick, two);
-        }
+        const __m512i lo = _mm512_loadu_si512(blk->qs), hi = _mm512_loadu_si512(blk->qs + 64);
+        __m512i W[4], idx = base;
+        for (int k = 0; k < 4; k++, idx = _mm512_add_epi32(idx, two))
+            W[k] = _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutex2var_epi32(lo, idx, hi), nshift), nib);
+        const __m128i sc8 = _mm_loadl_epi64((const __m128i *)blk->sc);
+        const __m512i S = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(sc8, sc8)); /* lane l: sc[l / 2] */
         /* mins per group of 16 activations: m[g / 2] */
         const __m128i m8 = _mm_loadl_epi64((const __m128i *)blk->m);
         const __m256i m16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
         for (int r = 0; r < R; r++) {
             const int64_t o = (r0 + r) * nb + b;
-            const int8_t *x = xq + o * QK;
-            __m512i p = _mm512_madd_epi16(_mm512_maddubs_epi16(W[0], _mm512_loadu_si512(x)), S[0]);
-            p = _mm512_add_epi32(p, _mm512_madd_epi16(_mm512_maddubs_epi16(W[1], _mm512_loadu_si512(x + 64)), S[1]));
-            p = _mm512_add_epi32(p, _mm512_madd_epi16(_mm512_maddubs_epi16(W[2], _mm512_loadu_si512(x + 128)), S[2]));
-            p = _mm512_add_epi32(p, _mm512_madd_epi16(_mm512_maddubs_epi16(W[3], _mm512_loadu_si512(x + 192)), S[3]));
+            const int8_t *x = xp + o * QK;
+            __m512i t = dot4(_mm512_setzero_si512(), W[0], _mm512_loadu_si512(x));
+            t = dot4(t, W[1], _mm512_loadu_si512(x + 64));
+            t = dot4(t, W[2], _mm512_loadu_si512(x + 128));
+            t = dot4(t, W[3], _mm512_loadu_si512(x + 192));
+            const __m512i p = _mm512_madd_epi16(t, S); /* |t| <= 16 * 15 * 127 < 2^15: its low half is t */
             const __m256i mm = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(xs + o * 16)), m16);
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_set1_ps(blk->d * xd[o]), acc[r]);
             accm[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mm), _mm256_set1_ps(blk->dmin * xd[o]), accm[r]);
@@ -276,41 +319,40 @@ static inline __attribute__((always_inline)) void q4_rows(const q4_block *w, int
 }
 
 static inline __attribute__((always_inline)) void q6_rows(const q6_block *w, int64_t nb, const float *xd,
-                                                          const int8_t *xq, const int16_t *xs, int64_t r0, int R,
+                                                          const int8_t *xp, const int16_t *xs, int64_t r0, int R,
                                                           float *y, int64_t ldy, int64_t j) {
     __m512 acc[ROWS];
     for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
-    const __m256i nib = _mm256_set1_epi8(0x0F);
-    const __m512i three = _mm512_set1_epi8(3);
-    /* 128-bit lane L of a chunk takes bits 2L, 2L + 1 of the high bytes */
-    const __m512i shifts = _mm512_set_epi16(6,6,6,6,6,6,6,6, 4,4,4,4,4,4,4,4, 2,2,2,2,2,2,2,2, 0,0,0,0,0,0,0,0);
-    /* int16 lane l of chunk c's scale vector: group 4c + l / 8 */
-    const __m512i pick0 = _mm512_set_epi16(3,3,3,3,3,3,3,3, 2,2,2,2,2,2,2,2, 1,1,1,1,1,1,1,1, 0,0,0,0,0,0,0,0);
-    const __m512i four = _mm512_set1_epi16(4);
+    const __m512i nib = _mm512_set1_epi8(0x0F), three = _mm512_set1_epi8(3);
+    /* instruction k, lane l = 4c + L (group l): low-bit dword 8c + k + 4 (L % 2), its low nibbles for L < 2, else
+     * its high; high-bit dword 4c + k (dword k of 128-bit lane c), bits 2L and 2L + 1 of each byte */
+    const __m512i base = _mm512_set_epi32(28, 24, 28, 24, 20, 16, 20, 16, 12, 8, 12, 8, 4, 0, 4, 0);
+    const __m512i nshift = _mm512_set_epi32(4, 4, 0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 4, 4, 0, 0);
+    const __m512i hshift = _mm512_set_epi32(6, 4, 2, 0, 6, 4, 2, 0, 6, 4, 2, 0, 6, 4, 2, 0);
+    const __m512i one = _mm512_set1_epi32(1);
     for (int64_t b = 0; b < nb; b++) {
         const q6_block *blk = w + b;
         for (int l = 0; l < 4; l++) _mm_prefetch((const char *)(blk + PREFETCH) + 64 * l, _MM_HINT_T0);
-        __m512i U[4], S[4];
-        const __m256i sc16y = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)blk->sc));
-        const __m512i sc16 = _mm512_castsi256_si512(sc16y);
-        __m512i pick = pick0;
-        for (int c = 0; c < 4; c++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(blk->lo + 32 * c));
-            const __m512i low = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(q, nib)),
-                                                   _mm256_and_si256(_mm256_srli_epi16(q, 4), nib), 1);
-            const __m512i h = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(blk->hi + 16 * c)));
-            const __m512i high = _mm512_and_si512(_mm512_srlv_epi16(h, shifts), three);
-            U[c] = _mm512_or_si512(low, _mm512_slli_epi16(high, 4));
-            S[c] = _mm512_permutexvar_epi16(pick, sc16);
-            pick = _mm512_add_epi16(pick, four);
+        const __m512i lo = _mm512_loadu_si512(blk->lo), lo2 = _mm512_loadu_si512(blk->lo + 64);
+        const __m512i hz = _mm512_loadu_si512(blk->hi);
+        const __m512i H[4] = {_mm512_shuffle_epi32(hz, _MM_PERM_AAAA), _mm512_shuffle_epi32(hz, _MM_PERM_BBBB),
+                              _mm512_shuffle_epi32(hz, _MM_PERM_CCCC), _mm512_shuffle_epi32(hz, _MM_PERM_DDDD)};
+        __m512i U[4], idx = base;
+        for (int k = 0; k < 4; k++, idx = _mm512_add_epi32(idx, one)) {
+            const __m512i low = _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutex2var_epi32(lo, idx, lo2), nshift), nib);
+            const __m512i high = _mm512_and_si512(_mm512_srlv_epi32(H[k], hshift), three);
+            U[k] = _mm512_or_si512(low, _mm512_slli_epi16(high, 4));
         }
+        const __m512i S = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)blk->sc)); /* lane l: sc[l] */
+        const __m256i sc16y = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)blk->sc));
         for (int r = 0; r < R; r++) {
             const int64_t o = (r0 + r) * nb + b;
-            const int8_t *x = xq + o * QK;
-            __m512i p = _mm512_madd_epi16(_mm512_maddubs_epi16(U[0], _mm512_loadu_si512(x)), S[0]);
-            p = _mm512_add_epi32(p, _mm512_madd_epi16(_mm512_maddubs_epi16(U[1], _mm512_loadu_si512(x + 64)), S[1]));
-            p = _mm512_add_epi32(p, _mm512_madd_epi16(_mm512_maddubs_epi16(U[2], _mm512_loadu_si512(x + 128)), S[2]));
-            p = _mm512_add_epi32(p, _mm512_madd_epi16(_mm512_maddubs_epi16(U[3], _mm512_loadu_si512(x + 192)), S[3]));
+            const int8_t *x = xp + o * QK;
+            __m512i t = dot4(_mm512_setzero_si512(), U[0], _mm512_loadu_si512(x));
+            t = dot4(t, U[1], _mm512_loadu_si512(x + 64));
+            t = dot4(t, U[2], _mm512_loadu_si512(x + 128));
+            t = dot4(t, U[3], _mm512_loadu_si512(x + 192));
+            __m512i p = _mm512_mullo_epi32(t, S);
             /* - 32 * sum_g sc[g] * (sum of group g's activations) */
             const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(xs + o * 16)), sc16y);
             p = _mm512_sub_epi32(p, _mm512_zextsi256_si512(_mm256_slli_epi32(off, 5)));
@@ -863,9 +905,19 @@ static void q6_rows_scalar(const q6_block *w, int64_t nb, const float *xd, const
 
 /* y[r, j] (row stride ldy) = sum_k x[r, k] w[j, k] for r < n, j < N; w: N rows of K / 256 blocks.
  * kind 4: q4_block, 6: q6_block. */
-void qk_gemm(int kind, const void *w, int64_t N, int64_t K, const float *xd, const int8_t *xq, const int16_t *xs,
-             int64_t n, float *y, int64_t ldy, int threads) {
+static void *grow(int i, size_t bytes);
+
+/* 1 if out of memory, else 0 */
+int qk_gemm(int kind, const void *w, int64_t N, int64_t K, const float *xd, const int8_t *xq, const int16_t *xs,
+            int64_t n, float *y, int64_t ldy, int threads) {
     const int64_t nb = K / QK;
+#if QK_AVX512
+    int8_t *xp = grow(11, (size_t)(n * nb) * QK); /* the activations in the rows loop's order */
+    if (!xp) return 1;
+    rows_order_init();
+    rows_order(kind, xq, n * nb, xp);
+    xq = xp;
+#endif
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t j = 0; j < N; j++) {
         int64_t r0 = 0;
@@ -894,6 +946,7 @@ void qk_gemm(int kind, const void *w, int64_t N, int64_t K, const float *xd, con
         }
 #endif
     }
+    return 0;
 }
 
 /* ---------------------------------------------------------------- one Linear call
@@ -904,8 +957,8 @@ void qk_gemm(int kind, const void *w, int64_t N, int64_t K, const float *xd, con
  * to nearest even, as torch's .to(bfloat16)) with the bias then added as torch adds two bfloat16
  * tensors (in float32, rounded again): the same bits as the product, .to(dtype) and + bias in torch.
  * The scratch buffers grow as needed and are kept (one caller at a time: the Python side's lock). */
-static void *scratch[11];
-static size_t scratch_size[11];
+static void *scratch[12];
+static size_t scratch_size[12];
 
 static void *grow(int i, size_t bytes) {
     if (scratch_size[i] < bytes) {
@@ -968,7 +1021,7 @@ int qk_linear(const void *x, int x_bf16, int64_t n, int64_t K, int64_t Kp, int n
             continue;
         }
 #endif
-        qk_gemm(kinds[s], ws[s], rows[s], Kp, xd, xq, xs, n, yf + starts[s], N, threads);
+        if (qk_gemm(kinds[s], ws[s], rows[s], Kp, xd, xq, xs, n, yf + starts[s], N, threads)) return 1;
     }
     if (y_bf16) {
         uint16_t *yb = (uint16_t *)y;
