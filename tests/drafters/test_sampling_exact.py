@@ -22,6 +22,8 @@ same N and critical values, and one kernel fault under that plan is among the mu
 
 from __future__ import annotations
 
+import copy
+
 import inspect
 import textwrap
 import types
@@ -96,7 +98,9 @@ def _requant_chain():
     every row count, int8 activations included: another q again, the same output."""
     from stagedspec.models.gguf_native import reencode
 
-    draft = chi2_models()[1]
+    # a copy: the cached draft shares its layer and head with the cached target, and blocks attached to them
+    # would turn the native kernel on for any later level drafting with that target (its q then not the target's p)
+    draft = copy.deepcopy(chi2_models()[1])
     assert reencode(draft, None) == 5  # 1 layer: q/k/v, o, gate/up, down; the head
     return ModelDrafter(draft, k=3)
 
