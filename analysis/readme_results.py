@@ -35,7 +35,7 @@ SOURCES = {
     "peers_mtbench": "docs/peers/v23-intel-mtbench-t0/results.json",
     "peers_t07": "docs/peers/v23-intel-humaneval-t07/results.json",
     "step_curve": "docs/bench/step-curve-2026-12-07-intel-v22.json",
-    "main_command": "docs/main-command/2026-12-08-amd-v28",
+    "main_command": "docs/main-command/2026-12-08-amd-v29",
     "paper": "docs/paper/2026-12-06",
 }
 """Block sources, relative to the repository root. A new measurement is a new dated file; point
