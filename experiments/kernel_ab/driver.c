@@ -2,7 +2,7 @@
  *   gcc -O2 driver.c -o driver -ldl -lm
  *   [ROWS=1] [HUGE=1] ./driver KIND N K n REPEATS THREADS ./lib_a.so ./lib_b.so ...
  * KIND 4 (Q4_K) or 6 (Q6_K); random blocks (scales in range), random activations; ROWS=1 times the rows loop
- * (qk_gemm) instead of the cols loop (gemm_cols); HUGE=1 asks for huge pages on the weights (madvise). Prints each
+ * (through qk_linear, quantization included) instead of the cols loop (gemm_cols); HUGE=1 asks for huge pages on the weights (madvise). Prints each
  * build's median and quartiles, and whether its output equals the first build's bit for bit (else the largest
  * difference). Used for docs/bench/rows-loop-2026-12-08-amd.md. */
 #include <dlfcn.h>
@@ -14,6 +14,7 @@
 #include <math.h>
 #include <sys/mman.h>
 typedef void (*cols_fn)(int, const void*, int64_t, int64_t, const float*, const int8_t*, const int16_t*, const int32_t*, int64_t, float*, int);
+typedef void (*rows_fn)(int, const void*, int64_t, int64_t, const float*, int64_t, float*, int);
 static double now(){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec+t.tv_nsec*1e-9;}
 static int cmpd(const void*a,const void*b){double x=*(double*)a,y=*(double*)b;return x<y?-1:x>y;}
 int main(int argc,char**argv){
@@ -28,6 +29,6 @@ int main(int argc,char**argv){
   float*x=malloc(n*K*4); for(int64_t i=0;i<n*K;i++) x[i]=(rand()%2001-1000)/500.0f;
   float*xd=malloc(n*nb*4); int8_t*xq=malloc(n*K); int16_t*xs=malloc(n*nb*32); int32_t*mp=malloc(n*nb*16); quant(x,n,K,xd,xq,xs,1); minp(xs,n*nb,mp);
   float*y[8]; double *ts[8]; for(int v=0;v<nv;v++){y[v]=malloc(n*N*4); ts[v]=malloc(reps*8);}
-  for(int r=-2;r<reps;r++) for(int v=0;v<nv;v++){ double t0=now(); f[v](kind,getenv("ROWS")?(void*)blocks:cols,N,K,xd,xq,xs,mp,n,y[v],th); if(r>=0) ts[v][r]=now()-t0; }
+  for(int r=-2;r<reps;r++) for(int v=0;v<nv;v++){ double t0=now(); if(getenv("ROWS")) ((rows_fn)f[v])(kind,blocks,N,K,x,n,y[v],th); else f[v](kind,cols,N,K,xd,xq,xs,mp,n,y[v],th); if(r>=0) ts[v][r]=now()-t0; }
   for(int v=0;v<nv;v++){ qsort(ts[v],reps,8,cmpd); int same=memcmp(y[0],y[v],n*N*4)==0; double md=0,mr=0; for(int64_t i=0;i<n*N;i++){double d=fabs(y[0][i]-y[v][i]); if(d>md)md=d; double a=fabs(y[0][i]); if(a>mr)mr=a;} printf("%s kind %d %ldx%ld n=%d: median %.1f us (q1 %.1f q3 %.1f) %s\n", argv[7+v], kind,N,K,n, ts[v][reps/2]*1e6, ts[v][reps/4]*1e6, ts[v][3*reps/4]*1e6, same?"same":"DIFF"); if(!same) printf("   max abs diff %.3g (max |y| %.3g)\n", md, mr); }
 }

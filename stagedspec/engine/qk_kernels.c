@@ -231,34 +231,23 @@ static inline float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
 /* The rows loop's order of a block's elements (AVX-512 builds): four vpdpbusd a row, each over 4 consecutive
  * elements of every group in each 32-bit lane, so a lane's sum after the four stays within one group and is
  * scaled once, by one multiply (Q4_K: 16 products of 4-bit codes and int8 fit int16, so vpmaddwd with the
- * scale in its low half; Q6_K: vpmulld). The activations are permuted to match once per call (qk_gemm:
+ * scale in its low half; Q6_K: vpmulld). The activations are permuted to match once per call (qk_linear:
  * rows_order), the weights in registers once per block, shared by the rows.
  * Q4_K (8 groups of 32): instruction k, lane l takes elements 32 (l / 2) + 8k + 4 (l % 2) + 0..3 (group l / 2).
  * Q6_K (16 groups of 16): instruction k, lane l takes elements 16 l + 4k + 0..3 (group l). */
-static int32_t rows_order_table[2][64]; /* [q4, q6]: dword m of the permuted block = dword table[m] of the block */
-
-static void rows_order_init(void) {
-    if (rows_order_table[1][1]) return;
-    for (int k = 0; k < 4; k++)
-        for (int l = 0; l < 16; l++) {
-            rows_order_table[0][16 * k + l] = 8 * (l / 2) + 2 * k + l % 2;
-            rows_order_table[1][16 * k + l] = 4 * l + k;
-        }
-}
-
-/* xq's n * nb blocks (natural order) -> out, each block in the rows loop's order for its kind */
+/* xq's blocks (natural order) -> out, each block in the rows loop's order for its kind: dword 16k + l of a
+ * permuted block is dword 8 (l / 2) + 2k + l % 2 (Q4_K) or 4l + k (Q6_K) of the block, gathered 16 at a time
+ * from its 256 bytes (in L1) */
 static void rows_order(int kind, const int8_t *xq, int64_t blocks, int8_t *out) {
-    const int32_t *t = rows_order_table[kind == 4 ? 0 : 1];
-    const __m512i i0 = _mm512_loadu_si512(t), i1 = _mm512_loadu_si512(t + 16), i2 = _mm512_loadu_si512(t + 32),
-                  i3 = _mm512_loadu_si512(t + 48);
+    const __m512i base = kind == 4 ? _mm512_set_epi32(57, 56, 49, 48, 41, 40, 33, 32, 25, 24, 17, 16, 9, 8, 1, 0)
+                                   : _mm512_set_epi32(60, 56, 52, 48, 44, 40, 36, 32, 28, 24, 20, 16, 12, 8, 4, 0);
+    const __m512i step = _mm512_set1_epi32(kind == 4 ? 2 : 1);
     for (int64_t o = 0; o < blocks; o++) {
         const int32_t *src = (const int32_t *)(xq + o * QK);
         int32_t *dst = (int32_t *)(out + o * QK);
-        /* dword gathers from the block's 256 bytes (in L1), 16 at a time */
-        _mm512_storeu_si512(dst, _mm512_i32gather_epi32(i0, src, 4));
-        _mm512_storeu_si512(dst + 16, _mm512_i32gather_epi32(i1, src, 4));
-        _mm512_storeu_si512(dst + 32, _mm512_i32gather_epi32(i2, src, 4));
-        _mm512_storeu_si512(dst + 48, _mm512_i32gather_epi32(i3, src, 4));
+        __m512i idx = base;
+        for (int k = 0; k < 4; k++, idx = _mm512_add_epi32(idx, step))
+            _mm512_storeu_si512(dst + 16 * k, _mm512_i32gather_epi32(idx, src, 4));
     }
 }
 
@@ -904,20 +893,10 @@ static void q6_rows_scalar(const q6_block *w, int64_t nb, const float *xd, const
 }
 
 /* y[r, j] (row stride ldy) = sum_k x[r, k] w[j, k] for r < n, j < N; w: N rows of K / 256 blocks.
- * kind 4: q4_block, 6: q6_block. */
-static void *grow(int i, size_t bytes);
-
-/* 1 if out of memory, else 0 */
-int qk_gemm(int kind, const void *w, int64_t N, int64_t K, const float *xd, const int8_t *xq, const int16_t *xs,
-            int64_t n, float *y, int64_t ldy, int threads) {
+ * kind 4: q4_block, 6: q6_block. xq: in the rows loop's order for the kind (rows_order) in AVX-512 builds. */
+static void gemm_rows(int kind, const void *w, int64_t N, int64_t K, const float *xd, const int8_t *xq,
+                      const int16_t *xs, int64_t n, float *y, int64_t ldy, int threads) {
     const int64_t nb = K / QK;
-#if QK_AVX512
-    int8_t *xp = grow(11, (size_t)(n * nb) * QK); /* the activations in the rows loop's order */
-    if (!xp) return 1;
-    rows_order_init();
-    rows_order(kind, xq, n * nb, xp);
-    xq = xp;
-#endif
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t j = 0; j < N; j++) {
         int64_t r0 = 0;
@@ -946,7 +925,6 @@ int qk_gemm(int kind, const void *w, int64_t N, int64_t K, const float *xd, cons
         }
 #endif
     }
-    return 0;
 }
 
 /* ---------------------------------------------------------------- one Linear call
@@ -957,8 +935,8 @@ int qk_gemm(int kind, const void *w, int64_t N, int64_t K, const float *xd, cons
  * to nearest even, as torch's .to(bfloat16)) with the bias then added as torch adds two bfloat16
  * tensors (in float32, rounded again): the same bits as the product, .to(dtype) and + bias in torch.
  * The scratch buffers grow as needed and are kept (one caller at a time: the Python side's lock). */
-static void *scratch[12];
-static size_t scratch_size[12];
+static void *scratch[13];
+static size_t scratch_size[13];
 
 static void *grow(int i, size_t bytes) {
     if (scratch_size[i] < bytes) {
@@ -1013,15 +991,23 @@ int qk_linear(const void *x, int x_bf16, int64_t n, int64_t K, int64_t Kp, int n
             if (!(mp = grow(10, (size_t)n * nb * 4 * sizeof(int32_t)))) return 1;
             q4_min_pairs(xs, n * nb, mp);
         }
+    int8_t *xp[2] = {NULL, NULL}; /* the activations in the rows loop's order, per kind (q4, q6), once for all segments */
 #endif
     for (int s = 0; s < nseg; s++) {
+        const int8_t *xk = xq;
 #if QK_AVX512
         if (cols) {
             if (gemm_cols(kinds[s], ws[s], rows[s], Kp, xd, xq, xs, mp, n, yf + starts[s], N, threads)) return 1;
             continue;
         }
+        const int t = kinds[s] == 4 ? 0 : 1;
+        if (!xp[t]) {
+            if (!(xp[t] = grow(11 + t, (size_t)(n * nb) * QK))) return 1;
+            rows_order(kinds[s], xq, n * nb, xp[t]);
+        }
+        xk = xp[t];
 #endif
-        if (qk_gemm(kinds[s], ws[s], rows[s], Kp, xd, xq, xs, n, yf + starts[s], N, threads)) return 1;
+        gemm_rows(kinds[s], ws[s], rows[s], Kp, xd, xk, xs, n, yf + starts[s], N, threads);
     }
     if (y_bf16) {
         uint16_t *yb = (uint16_t *)y;

@@ -150,7 +150,6 @@ def library(build: str = "machine") -> ctypes.CDLL:
     lib.qk_dequant_q4.argtypes = [P, I, P]
     lib.qk_dequant_q6.argtypes = [P, I, P]
     lib.qk_quantize.argtypes = [P, I, I, P, P, P, C]
-    lib.qk_gemm.argtypes = [C, P, I, I, P, P, P, I, P, I, C]
     if lib.qk_simd():
         lib.qk_cols_q4.argtypes = [P, I, I, P]
         lib.qk_cols_q6.argtypes = [P, I, I, P]
